@@ -1,0 +1,92 @@
+//! Health of one held lock or slot. Reading it is two atomic loads and a
+//! clock read, cheap enough for a hot loop; the background refresher and the
+//! lease deadline are what change it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+fn to_nanos(at: Instant) -> u64 {
+    at.saturating_duration_since(*EPOCH).as_nanos() as u64
+}
+
+/// Shared between the holder and its refresher.
+#[derive(Debug)]
+pub(crate) struct Health {
+    lost: AtomicBool,
+    /// Monotonic time (ns since EPOCH) until which the lease surely lasts:
+    /// the send time of the request that set it plus its length. A paused
+    /// process sees this pass the moment it resumes, before any refresh.
+    valid_until: AtomicU64,
+    reason: Mutex<Option<String>>,
+}
+
+impl Health {
+    pub(crate) fn new(valid_until: Instant) -> Self {
+        Health {
+            lost: AtomicBool::new(false),
+            valid_until: AtomicU64::new(to_nanos(valid_until)),
+            reason: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn is_healthy(&self) -> bool {
+        !self.lost.load(Ordering::Acquire)
+            && to_nanos(Instant::now()) < self.valid_until.load(Ordering::Acquire)
+    }
+
+    /// Why the hold is unhealthy, if it is.
+    pub(crate) fn problem(&self) -> Option<String> {
+        if self.lost.load(Ordering::Acquire) {
+            let reason = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+            return Some(reason.clone().unwrap_or_else(|| "lost".into()));
+        }
+        let left =
+            self.valid_until.load(Ordering::Acquire) as i128 - to_nanos(Instant::now()) as i128;
+        (left <= 0).then(|| {
+            format!(
+                "its lease ran out {:?} ago without a successful refresh (paused or partitioned?)",
+                Duration::from_nanos((-left) as u64)
+            )
+        })
+    }
+
+    pub(crate) fn extend(&self, valid_until: Instant) {
+        self.valid_until
+            .fetch_max(to_nanos(valid_until), Ordering::AcqRel);
+    }
+
+    pub(crate) fn mark_lost(&self, reason: impl Into<String>) {
+        let mut slot = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(reason.into());
+        }
+        self.lost.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthy_until_the_lease_runs_out() {
+        let health = Health::new(Instant::now() + Duration::from_millis(30));
+        assert!(health.is_healthy());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(!health.is_healthy());
+        assert!(health.problem().unwrap().contains("lease ran out"));
+    }
+
+    #[test]
+    fn lost_stays_lost_with_the_first_reason() {
+        let health = Health::new(Instant::now() + Duration::from_secs(60));
+        health.mark_lost("taken over");
+        health.mark_lost("second");
+        health.extend(Instant::now() + Duration::from_secs(120));
+        assert!(!health.is_healthy());
+        assert_eq!(health.problem().unwrap(), "taken over");
+    }
+}

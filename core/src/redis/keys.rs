@@ -1,0 +1,68 @@
+//! Key names of one lock or semaphore. Every key carries the name as its
+//! hash tag, so all of them live in one Redis Cluster slot and each script
+//! touches a single node.
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    pub(crate) holders: String,
+    pub(crate) grants: String,
+    pub(crate) queue: String,
+    pub(crate) leases: String,
+    pub(crate) fence: String,
+    /// A waiter's wake-up list is this prefix followed by its token.
+    pub(crate) wake_prefix: String,
+}
+
+impl Keys {
+    pub(crate) fn new(name: &str) -> Result<Keys> {
+        if name.is_empty() {
+            return Err(Error::config("the name must not be empty"));
+        }
+        if name.contains(['{', '}']) {
+            return Err(Error::config(format!(
+                "the name {name:?} must not contain '{{' or '}}': lockyard wraps it in braces as the Redis Cluster hash tag"
+            )));
+        }
+        let base = format!("lockyard:{{{name}}}");
+        Ok(Keys {
+            holders: format!("{base}:holders"),
+            grants: format!("{base}:grants"),
+            queue: format!("{base}:queue"),
+            leases: format!("{base}:leases"),
+            fence: format!("{base}:fence"),
+            wake_prefix: format!("{base}:wake:"),
+        })
+    }
+
+    pub(crate) fn all(&self) -> [&str; 5] {
+        [
+            &self.holders,
+            &self.grants,
+            &self.queue,
+            &self.leases,
+            &self.fence,
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_shares_the_hash_tag() {
+        let keys = Keys::new("deploy").unwrap();
+        for key in keys.all().into_iter().chain([keys.wake_prefix.as_str()]) {
+            assert!(key.starts_with("lockyard:{deploy}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn names_that_would_break_the_hash_tag_are_rejected() {
+        for name in ["", "a{b", "x}"] {
+            assert!(matches!(Keys::new(name), Err(Error::Config(_))), "{name:?}");
+        }
+    }
+}

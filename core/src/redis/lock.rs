@@ -1,0 +1,327 @@
+//! A Redis lock: the limit-1 semaphore, held per thread.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::keys::Keys;
+use super::semaphore::{Hold, Semaphore};
+use super::server::{server, Route};
+use super::settings::Lease;
+use crate::error::{Error, Result};
+use crate::identity::{holder_identity, random_hex, thread_number};
+
+/// A distributed mutual-exclusion lock on one Redis server (or Cluster).
+///
+/// Each thread is a separate holder: one `Lock` shared between threads
+/// excludes them from each other exactly as it excludes other hosts.
+/// While held, the lock is refreshed in the background; [`LockGuard::check_health`]
+/// tells whether it may have been lost (lease ran out while the process was
+/// paused, refreshes failed, another holder took over).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lockyard::redis::Lock;
+///
+/// let lock = Lock::builder("redis://127.0.0.1:6379/0", "deploy")
+///     .ttl(Duration::from_secs(30))
+///     .build()?;
+/// let guard = lock.acquire(Some(Duration::from_secs(10)))?;
+/// guard.check_health()?; // before each step that must not run twice
+/// println!("holding with fencing token {}", guard.fencing_token());
+/// drop(guard); // released
+/// # Ok::<(), lockyard::Error>(())
+/// ```
+pub struct Lock {
+    semaphore: Semaphore,
+    prefix: String,
+    default_timeout: Option<Duration>,
+    /// This process's holds, by (pid, thread): a forked child finds none.
+    holds: Mutex<HashMap<(u32, u64), Hold>>,
+}
+
+/// Options for a [`Lock`]; start with [`Lock::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct LockBuilder {
+    url: String,
+    name: String,
+    ttl: Duration,
+    timeout: Option<Duration>,
+    refresh_interval: Option<Duration>,
+    max_refresh_fails: u32,
+    identity_prefix: Option<String>,
+    connect_timeout: Duration,
+}
+
+impl LockBuilder {
+    /// How long the lock outlives its holder's last refresh (default 30 s).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// The wait of [`Lock::lock`] (default: forever).
+    pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Refresh period; must be below ttl / max_refresh_fails
+    /// (default: a third of that).
+    pub fn refresh_interval(mut self, every: Duration) -> Self {
+        self.refresh_interval = Some(every);
+        self
+    }
+    /// Consecutive transient refresh failures that make the lock unhealthy (default 3).
+    pub fn max_refresh_fails(mut self, count: u32) -> Self {
+        self.max_refresh_fails = count;
+        self
+    }
+    /// Prefix of holder identities (default: random hex). Holders are
+    /// `<prefix>-<pid>/<thread>`.
+    pub fn identity_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.identity_prefix = Some(prefix.into());
+        self
+    }
+    /// How long connecting to Redis may take before it counts as unreachable (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Validates the options; touches no server.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an empty name, a TTL under 1 ms, an unparsable
+    /// URL, or a refresh interval that cannot keep the lease alive.
+    pub fn build(self) -> Result<Lock> {
+        let keys = Keys::new(&self.name)?;
+        let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
+        if self.connect_timeout.is_zero() {
+            return Err(Error::config("connect_timeout must be positive"));
+        }
+        let prefix = match self.identity_prefix {
+            Some(prefix) if prefix.is_empty() => {
+                return Err(Error::config("identity_prefix must not be empty"));
+            }
+            Some(prefix) => prefix,
+            None => random_hex(8),
+        };
+        let route = Route::new(server(&self.url, self.connect_timeout)?);
+        let what = format!("lock {:?}", self.name);
+        Ok(Lock {
+            semaphore: Semaphore::new(route, keys, 1, lease, what),
+            prefix,
+            default_timeout: self.timeout,
+            holds: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+fn this_thread() -> (u32, u64) {
+    (std::process::id(), thread_number())
+}
+
+impl Lock {
+    /// Options for the lock `name` on the Redis server at `url`.
+    pub fn builder(url: impl Into<String>, name: impl Into<String>) -> LockBuilder {
+        LockBuilder {
+            url: url.into(),
+            name: name.into(),
+            ttl: Duration::from_secs(30),
+            timeout: None,
+            refresh_interval: None,
+            max_refresh_fails: 3,
+            identity_prefix: None,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Waits up to `timeout` (None: forever) and returns a guard that
+    /// releases the lock when dropped.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out, [`Error::AlreadyLocked`]
+    /// if this thread holds it already, [`Error::Backend`] if Redis cannot
+    /// be reached.
+    pub fn acquire(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
+        if self.acquire_interruptibly(timeout, &|| false)? {
+            Ok(LockGuard::new(self))
+        } else {
+            Err(Error::Timeout {
+                what: self.semaphore.what().to_owned(),
+                waited: timeout.unwrap_or_default(),
+            })
+        }
+    }
+
+    /// One attempt, never waits: a guard if the lock was free.
+    pub fn try_acquire(&self) -> Result<Option<LockGuard<'_>>> {
+        let acquired = self.acquire_interruptibly(Some(Duration::ZERO), &|| false)?;
+        Ok(acquired.then(|| LockGuard::new(self)))
+    }
+
+    /// Waits with the builder's `timeout`, like [`Lock::acquire`].
+    pub fn lock(&self) -> Result<LockGuard<'_>> {
+        self.acquire(self.default_timeout)
+    }
+
+    /// The builder's `timeout`.
+    pub fn default_timeout(&self) -> Option<Duration> {
+        self.default_timeout
+    }
+
+    /// Acquires for the calling thread without a guard (for bindings and
+    /// callers that release elsewhere with [`Lock::release`]). `interrupted`
+    /// is polled at least every 50 ms while waiting; when it returns true
+    /// the wait is abandoned, nothing stays held, and the call returns
+    /// [`Error::Interrupted`]. Ok(false) means the timeout ran out.
+    pub fn acquire_interruptibly(
+        &self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let thread = this_thread();
+        if self.holds().contains_key(&thread) {
+            return Err(Error::AlreadyLocked(self.semaphore.what().to_owned()));
+        }
+        let token = holder_identity(&self.prefix);
+        match self.semaphore.acquire(&token, timeout, interrupted)? {
+            Some(hold) => {
+                self.holds().insert(thread, hold);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Releases the calling thread's hold. Ok(false) when the lock had
+    /// already been lost (its lease ran out or another holder took over).
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling thread does not hold it.
+    pub fn release(&self) -> Result<bool> {
+        let hold = self
+            .holds()
+            .remove(&this_thread())
+            .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))?;
+        self.semaphore.release(hold)
+    }
+
+    /// Whether the calling thread holds the lock and its lease is surely
+    /// still live. Reads a flag and the clock; never touches Redis.
+    pub fn healthy(&self) -> bool {
+        self.holds()
+            .get(&this_thread())
+            .is_some_and(|h| h.health.is_healthy())
+    }
+
+    /// Ok if the calling thread holds the lock and it is healthy.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
+    pub fn check_health(&self) -> Result<()> {
+        let what = self.semaphore.what();
+        match self.holds().get(&this_thread()) {
+            None => Err(Error::NotLocked(what.to_owned())),
+            Some(hold) => hold.check_health(what),
+        }
+    }
+
+    /// The fencing token of the calling thread's grant: strictly increasing
+    /// across all holders of this name, so a protected resource can reject
+    /// writes from a holder that lost the lock.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.holds().get(&this_thread()).map(|h| h.fence)
+    }
+
+    /// Asks Redis whether the calling thread holds the lock.
+    pub fn owned(&self) -> Result<bool> {
+        let token = holder_identity(&self.prefix);
+        Ok(self.semaphore.inspect(Some(&token))?.1)
+    }
+
+    /// Asks Redis whether anyone holds the lock.
+    pub fn locked(&self) -> Result<bool> {
+        Ok(self.semaphore.inspect(None)?.0 > 0)
+    }
+
+    /// The calling thread's holder identity (`<prefix>-<pid>/<thread>`).
+    pub fn identity(&self) -> String {
+        holder_identity(&self.prefix)
+    }
+
+    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, u64), Hold>> {
+        self.holds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Lock {
+    /// A dropped lock gives back what this process still holds, rather than
+    /// leaving it to expire.
+    fn drop(&mut self) {
+        let pid = std::process::id();
+        let holds: Vec<Hold> = self
+            .holds()
+            .drain()
+            .filter_map(|((owner, _), hold)| (owner == pid).then_some(hold))
+            .collect();
+        for hold in holds {
+            if let Err(e) = self.semaphore.release(hold) {
+                log::warn!("releasing {} on drop failed: {e}", self.semaphore.what());
+            }
+        }
+    }
+}
+
+/// Proof that the calling thread holds a [`Lock`]; releases it on drop.
+/// Not `Send`: the hold belongs to the thread that acquired it.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard<'a> {
+    lock: &'a Lock,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> LockGuard<'a> {
+    fn new(lock: &'a Lock) -> Self {
+        LockGuard {
+            lock,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// See [`Lock::fencing_token`].
+    pub fn fencing_token(&self) -> u64 {
+        self.lock
+            .fencing_token()
+            .expect("a guard's thread holds the lock")
+    }
+
+    /// See [`Lock::healthy`].
+    pub fn healthy(&self) -> bool {
+        self.lock.healthy()
+    }
+
+    /// See [`Lock::check_health`].
+    pub fn check_health(&self) -> Result<()> {
+        self.lock.check_health()
+    }
+
+    /// Releases now and reports whether the lock was still ours.
+    pub fn release(mut self) -> Result<bool> {
+        self.released = true;
+        self.lock.release()
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        if !self.released {
+            if let Err(e) = self.lock.release() {
+                log::warn!("releasing a lock guard failed: {e}");
+            }
+        }
+    }
+}

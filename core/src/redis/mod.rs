@@ -1,0 +1,11 @@
+//! Primitives on a Redis server or Redis Cluster.
+
+mod keys;
+mod lock;
+mod scripts;
+mod semaphore;
+mod server;
+mod settings;
+
+pub use lock::{Lock, LockBuilder, LockGuard};
+pub use settings::seconds;

@@ -1,0 +1,45 @@
+//! The Lua scripts, hashed once and sent by SHA (redis-rs falls back to
+//! loading a script the server does not know). Each one is the shared
+//! prelude followed by its own body.
+
+use std::sync::LazyLock;
+
+use redis::{Script, ScriptInvocation};
+
+use super::keys::Keys;
+
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!(concat!("scripts/", $file))
+        ))
+    };
+}
+
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) refresh: Script,
+    pub(crate) cancel: Script,
+    pub(crate) inspect: Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: script!("acquire.lua"),
+    release: script!("release.lua"),
+    refresh: script!("refresh.lua"),
+    cancel: script!("cancel.lua"),
+    inspect: script!("inspect.lua"),
+});
+
+/// An invocation with the keys and the arguments every script shares
+/// (ARGV[1] wake prefix, ARGV[2] limit); the caller appends its own.
+pub(crate) fn prepare<'a>(script: &'a Script, keys: &Keys, limit: u32) -> ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    for key in keys.all() {
+        invocation.key(key);
+    }
+    invocation.arg(&keys.wake_prefix).arg(limit);
+    invocation
+}

@@ -1,0 +1,33 @@
+-- acquire: take a slot for ARGV[3] if one is free and no live waiter is ahead;
+-- otherwise queue it (unless ARGV[5] is 0: try once).
+-- ARGV[3] token, ARGV[4] ttl ms, ARGV[5] waiter lease ms (0 = do not queue),
+-- ARGV[6] handoff window ms.
+-- Returns {1, fence, deadline ms, now ms} when granted, or
+--         {0, 0, earliest holder deadline ms, now ms} when not.
+local token, ttl_ms = ARGV[3], tonumber(ARGV[4])
+local lease_ms, handoff_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
+purge_expired()
+local fence = redis.call('HGET', grants, token)
+if fence then
+  -- Handed to us while we were not listening; the wake key says the same.
+  redis.call('DEL', wake_prefix .. token)
+  return {1, fence, redis.call('ZSCORE', holders, token), int(now_ms)}
+end
+if not redis.call('ZSCORE', queue, token) then
+  redis.call('ZADD', queue, int(now_us), token)
+end
+redis.call('HSET', leases, token,
+  int(now_ms + math.max(lease_ms, 1)) .. ' ' .. int(ttl_ms) .. ' ' .. int(handoff_ms))
+local admitted = promote(token)
+if admitted then
+  return {1, int(admitted[1]), int(admitted[2]), int(now_ms)}
+end
+if lease_ms == 0 then
+  redis.call('ZREM', queue, token)
+  redis.call('HDEL', leases, token)
+else
+  redis.call('PEXPIRE', queue, int(lease_ms))
+  redis.call('PEXPIRE', leases, int(lease_ms))
+end
+local earliest = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')[2] or now_ms
+return {0, 0, int(earliest), int(now_ms)}

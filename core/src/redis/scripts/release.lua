@@ -1,0 +1,9 @@
+-- release: give back ARGV[3]'s slot (compare-and-delete) and hand the freed
+-- slot to the first live waiter.
+-- Returns 1 if the slot was still ours, 0 if it had expired or been taken.
+local token = ARGV[3]
+purge_expired()
+local released = redis.call('ZREM', holders, token)
+redis.call('HDEL', grants, token)
+promote(nil)
+return released

@@ -1,0 +1,354 @@
+//! The counting semaphore every Redis primitive is built on (a lock is the
+//! limit-1 case). Admission, expiry and handoff are one Lua script each, so
+//! the limit holds whatever the clients' clocks say; this module is the
+//! client side: queueing, listening for a handoff, giving up cleanly, and
+//! refreshing held slots in the background.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use super::keys::Keys;
+use super::scripts::{prepare, SCRIPTS};
+use super::server::{Route, COMMAND_TIMEOUT};
+use super::settings::Lease;
+use crate::error::{Error, Result};
+use crate::health::Health;
+use crate::runtime;
+
+/// A queued waiter stays eligible this long after its last renewal; a
+/// crashed waiter stops being handed slots after at most this much.
+const WAITER_LEASE: Duration = Duration::from_secs(2);
+/// How often a waiter renews its place, and re-checks for holders whose
+/// lease ran out (they free a slot without anyone releasing it).
+const RECHECK: Duration = Duration::from_millis(500);
+/// Longest single blocking read; bounds how late an interrupt is noticed.
+const LISTEN_SLICE: Duration = Duration::from_millis(50);
+
+pub(crate) struct Semaphore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    route: Route,
+    keys: Keys,
+    limit: u32,
+    lease: Lease,
+    /// "lock \"deploy\"", for messages.
+    what: String,
+}
+
+/// One granted slot. Dropping it stops its refresher; the slot itself is
+/// given back by [`Semaphore::release`] or runs out by TTL.
+pub(crate) struct Hold {
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) health: Arc<Health>,
+    refresher: JoinHandle<()>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.refresher.abort();
+    }
+}
+
+impl Hold {
+    pub(crate) fn check_health(&self, what: &str) -> Result<()> {
+        match self.health.problem() {
+            None => Ok(()),
+            Some(reason) => Err(Error::LockUnhealthy {
+                what: what.to_owned(),
+                reason,
+            }),
+        }
+    }
+}
+
+/// A server timestamp and the local instant just before the request that
+/// read it: maps server deadlines to local ones without trusting clocks
+/// to agree, only to run at the same rate for a few seconds.
+#[derive(Clone, Copy)]
+struct ClockPair {
+    sent: Instant,
+    server_ms: i64,
+}
+
+impl ClockPair {
+    fn local(&self, server_ms: i64) -> Instant {
+        let ahead = Duration::from_millis((server_ms - self.server_ms).max(0) as u64);
+        self.sent + ahead
+    }
+}
+
+enum Attempt {
+    Granted(Hold),
+    Queued {
+        clock: ClockPair,
+        earliest_expiry: Instant,
+    },
+}
+
+impl Semaphore {
+    pub(crate) fn new(route: Route, keys: Keys, limit: u32, lease: Lease, what: String) -> Self {
+        Semaphore {
+            shared: Arc::new(Shared {
+                route,
+                keys,
+                limit,
+                lease,
+                what,
+            }),
+        }
+    }
+
+    pub(crate) fn what(&self) -> &str {
+        &self.shared.what
+    }
+
+    /// Waits up to `timeout` (None: forever, zero: one attempt) for a slot
+    /// for `token`. `interrupted` is polled at least every 50 ms while
+    /// waiting; when it answers true the wait is abandoned and nothing is
+    /// left held or queued. Ok(None) means the timeout ran out.
+    pub(crate) fn acquire(
+        &self,
+        token: &str,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<Hold>> {
+        let give_up_at = timeout.map(|t| Instant::now() + t);
+        if timeout == Some(Duration::ZERO) {
+            return match self.attempt(token, Duration::ZERO)? {
+                Attempt::Granted(hold) => Ok(Some(hold)),
+                Attempt::Queued { .. } => Ok(None),
+            };
+        }
+        let waited = self.wait_in_queue(token, give_up_at, interrupted);
+        if !matches!(waited, Ok(Some(_))) {
+            // Leave the queue, and give back a slot handed over meanwhile.
+            let cancelled = self.cancel(token);
+            if let (Ok(None), Err(e)) = (&waited, cancelled) {
+                return Err(e);
+            }
+        }
+        waited
+    }
+
+    fn wait_in_queue(
+        &self,
+        token: &str,
+        give_up_at: Option<Instant>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<Hold>> {
+        loop {
+            let (clock, earliest_expiry) = match self.attempt(token, WAITER_LEASE)? {
+                Attempt::Granted(hold) => return Ok(Some(hold)),
+                Attempt::Queued {
+                    clock,
+                    earliest_expiry,
+                } => (clock, earliest_expiry),
+            };
+            let mut listen_until =
+                (Instant::now() + RECHECK).min(earliest_expiry + Duration::from_millis(1));
+            if let Some(at) = give_up_at {
+                listen_until = listen_until.min(at);
+            }
+            if let Some(hold) = self.listen(token, clock, listen_until, interrupted)? {
+                return Ok(Some(hold));
+            }
+            if give_up_at.is_some_and(|at| Instant::now() >= at) {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn attempt(&self, token: &str, waiter_lease: Duration) -> Result<Attempt> {
+        let s = &self.shared;
+        let sent = Instant::now();
+        let reply: Vec<i64> = s.route.run("acquire", COMMAND_TIMEOUT, |conn| {
+            prepare(&SCRIPTS.acquire, &s.keys, s.limit)
+                .arg(token)
+                .arg(s.lease.ttl_ms())
+                .arg(waiter_lease.as_millis() as u64)
+                .arg(WAITER_LEASE.as_millis() as u64)
+                .invoke(conn)
+        })?;
+        let [granted, fence, deadline_ms, now_ms] = reply[..] else {
+            return Err(self.protocol_error("acquire"));
+        };
+        let clock = ClockPair {
+            sent,
+            server_ms: now_ms,
+        };
+        Ok(if granted == 1 {
+            Attempt::Granted(self.hold(token, fence as u64, clock.local(deadline_ms), false))
+        } else {
+            Attempt::Queued {
+                clock,
+                earliest_expiry: clock.local(deadline_ms),
+            }
+        })
+    }
+
+    /// Blocks on this waiter's wake-up list until a slot is handed over,
+    /// `until` passes, or `interrupted` fires.
+    fn listen(
+        &self,
+        token: &str,
+        clock: ClockPair,
+        until: Instant,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<Hold>> {
+        let wake_key = format!("{}{token}", self.shared.keys.wake_prefix);
+        loop {
+            if interrupted() {
+                return Err(Error::Interrupted(self.shared.what.clone()));
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left < Duration::from_millis(1) {
+                return Ok(None);
+            }
+            let slice = left.min(LISTEN_SLICE);
+            let message: Option<(String, String)> =
+                self.shared
+                    .route
+                    .run("wait", slice + COMMAND_TIMEOUT, |conn| {
+                        redis::cmd("BLPOP")
+                            .arg(&wake_key)
+                            .arg(format!("{:.3}", slice.as_secs_f64()))
+                            .query(conn)
+                    })?;
+            if let Some((_, message)) = message {
+                let (fence, deadline_ms) = message
+                    .split_once(' ')
+                    .and_then(|(f, d)| Some((f.parse::<u64>().ok()?, d.parse::<i64>().ok()?)))
+                    .ok_or_else(|| self.protocol_error("wait"))?;
+                // A handed-over slot lasts only the handoff window until we
+                // refresh it, which the refresher does at once.
+                return Ok(Some(self.hold(
+                    token,
+                    fence,
+                    clock.local(deadline_ms),
+                    true,
+                )));
+            }
+        }
+    }
+
+    fn cancel(&self, token: &str) -> Result<()> {
+        let s = &self.shared;
+        s.route.run("cancel", COMMAND_TIMEOUT, |conn| {
+            prepare(&SCRIPTS.cancel, &s.keys, s.limit)
+                .arg(token)
+                .invoke::<i64>(conn)
+        })?;
+        Ok(())
+    }
+
+    /// Gives the slot back. Ok(false) when it had already been lost
+    /// (expired or taken over): whatever it protected may have been touched
+    /// by someone else meanwhile.
+    pub(crate) fn release(&self, hold: Hold) -> Result<bool> {
+        hold.refresher.abort();
+        let s = &self.shared;
+        let released: i64 = s.route.run("release", COMMAND_TIMEOUT, |conn| {
+            prepare(&SCRIPTS.release, &s.keys, s.limit)
+                .arg(&hold.token)
+                .invoke(conn)
+        })?;
+        Ok(released == 1)
+    }
+
+    /// Live holders, and whether `token` (if given) is one of them.
+    pub(crate) fn inspect(&self, token: Option<&str>) -> Result<(u32, bool)> {
+        let s = &self.shared;
+        let reply: Vec<i64> = s.route.run("inspect", COMMAND_TIMEOUT, |conn| {
+            prepare(&SCRIPTS.inspect, &s.keys, s.limit)
+                .arg(token.unwrap_or(""))
+                .invoke(conn)
+        })?;
+        match reply[..] {
+            [count, mine] => Ok((count as u32, mine == 1)),
+            _ => Err(self.protocol_error("inspect")),
+        }
+    }
+
+    fn hold(&self, token: &str, fence: u64, valid_until: Instant, refresh_now: bool) -> Hold {
+        let health = Arc::new(Health::new(valid_until));
+        let refresher = runtime::spawn(refresh_loop(
+            self.shared.clone(),
+            token.to_owned(),
+            health.clone(),
+            refresh_now,
+        ));
+        Hold {
+            token: token.to_owned(),
+            fence,
+            health,
+            refresher,
+        }
+    }
+
+    fn protocol_error(&self, operation: &str) -> Error {
+        Error::backend(
+            &self.shared.route.server().name,
+            operation,
+            "unexpected reply from the script",
+        )
+    }
+}
+
+/// Keeps one slot alive until aborted. A refresh that finds the slot gone
+/// marks it lost at once; transient failures only after
+/// `max_refresh_fails` in a row.
+async fn refresh_loop(shared: Arc<Shared>, token: String, health: Arc<Health>, mut due_now: bool) {
+    let lease = &shared.lease;
+    let mut failures = 0;
+    loop {
+        if !due_now {
+            tokio::time::sleep(lease.refresh_every).await;
+        }
+        due_now = false;
+        let sent = Instant::now();
+        let server = shared.route.server();
+        let outcome = async {
+            let mut conn = server.background().await?;
+            prepare(&SCRIPTS.refresh, &shared.keys, shared.limit)
+                .arg(&token)
+                .arg(lease.ttl_ms())
+                .invoke_async::<Vec<i64>>(&mut conn)
+                .await
+                .map_err(|e| server.error("refresh", e))
+        }
+        .await;
+        match outcome {
+            Ok(reply) if reply.first() == Some(&1) => {
+                failures = 0;
+                health.extend(sent + lease.ttl);
+            }
+            Ok(_) => {
+                let reason =
+                    "the lease ran out or the slot was taken over before it could be refreshed";
+                log::warn!("{} lost: {reason}", shared.what);
+                health.mark_lost(reason);
+                return;
+            }
+            Err(e) => {
+                server.drop_background();
+                failures += 1;
+                log::warn!(
+                    "refreshing {} failed ({failures}/{}): {e}",
+                    shared.what,
+                    lease.max_refresh_fails
+                );
+                if failures >= lease.max_refresh_fails {
+                    health.mark_lost(format!(
+                        "{failures} refreshes in a row failed, the last with: {e}"
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+}

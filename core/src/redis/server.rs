@@ -1,0 +1,307 @@
+//! Connections to one Redis server. Callers' requests run on the calling
+//! thread over pooled blocking connections (no thread hop on the hot path);
+//! background refreshes use one multiplexed async connection per server.
+//! Both are per process: a forked child never writes to a socket it
+//! inherited from its parent.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, Connection, ConnectionAddr, RedisError, RedisResult};
+
+use crate::error::{Error, Result};
+
+const MAX_IDLE: usize = 16;
+
+/// How long a single command may take before the server counts as unreachable.
+pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(crate) struct Server {
+    client: Client,
+    /// `host:port` or the socket path, for error messages.
+    pub(crate) name: String,
+    connect_timeout: Duration,
+    idle: Mutex<(u32, Vec<Connection>)>,
+    background: Mutex<Option<(u32, MultiplexedConnection)>>,
+}
+
+type Registry = Mutex<HashMap<(String, Duration), Arc<Server>>>;
+static SERVERS: LazyLock<Registry> = LazyLock::new(Default::default);
+
+/// Checks a URL the way users write them (`redis://`, `rediss://`,
+/// `unix://`, `redis+unix://`, user:password, db) and returns its server.
+pub(crate) fn server(url: &str, connect_timeout: Duration) -> Result<Arc<Server>> {
+    let key = (url.to_owned(), connect_timeout);
+    if let Some(server) = registry().get(&key) {
+        return Ok(server.clone());
+    }
+    let client = Client::open(url)
+        .map_err(|e| Error::config(format!("unparsable Redis URL {:?}: {e}", redact(url))))?;
+    let server = Arc::new(Server::new(client, connect_timeout));
+    registry().insert(key, server.clone());
+    Ok(server)
+}
+
+fn registry() -> std::sync::MutexGuard<'static, HashMap<(String, Duration), Arc<Server>>> {
+    SERVERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl Server {
+    fn new(client: Client, connect_timeout: Duration) -> Self {
+        if matches!(
+            client.get_connection_info().addr(),
+            ConnectionAddr::TcpTls { .. }
+        ) {
+            // rustls needs a process-wide crypto provider; a second install is a no-op.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        Server {
+            name: client.get_connection_info().addr().to_string(),
+            client,
+            connect_timeout,
+            idle: Mutex::new((std::process::id(), Vec::new())),
+            background: Mutex::new(None),
+        }
+    }
+
+    /// The same server settings (auth, db, TLS) at another address: where a
+    /// Cluster node redirected us.
+    fn redirected(&self, addr: &str) -> Result<Arc<Server>> {
+        let (host, port) = addr
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+            .ok_or_else(|| {
+                Error::backend(&self.name, "redirect", format!("bad address {addr:?}"))
+            })?;
+        let info = self.client.get_connection_info().clone();
+        let addr = match info.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host, port),
+        };
+        let client = Client::open(info.set_addr(addr))
+            .map_err(|e| Error::backend(&self.name, "redirect", e))?;
+        let key = (
+            format!("redirect:{}", client.get_connection_info().addr()),
+            self.connect_timeout,
+        );
+        let mut servers = registry();
+        let server = servers
+            .entry(key)
+            .or_insert_with(|| Arc::new(Server::new(client, self.connect_timeout)));
+        Ok(server.clone())
+    }
+
+    fn checkout(&self) -> Result<(Connection, bool)> {
+        {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let pid = std::process::id();
+            if idle.0 != pid {
+                // Inherited from the parent: closing our copies is harmless to it.
+                *idle = (pid, Vec::new());
+            }
+            if let Some(conn) = idle.1.pop() {
+                return Ok((conn, true));
+            }
+        }
+        let conn = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)
+            .map_err(|e| self.error("connect", e))?;
+        conn.set_write_timeout(Some(COMMAND_TIMEOUT))
+            .map_err(|e| self.error("connect", e))?;
+        Ok((conn, false))
+    }
+
+    fn checkin(&self, conn: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.0 == std::process::id() && idle.1.len() < MAX_IDLE {
+            idle.1.push(conn);
+        }
+    }
+
+    /// Runs `request` on a pooled connection. A pooled connection that turns
+    /// out dead (the server restarted) is replaced once: it never carried the
+    /// request to a live server, so repeating it is safe.
+    pub(crate) fn run<T>(
+        &self,
+        operation: &str,
+        read_timeout: Duration,
+        mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> std::result::Result<T, Failure> {
+        let mut retried = false;
+        loop {
+            let (mut conn, pooled) = self.checkout().map_err(Failure::Fatal)?;
+            conn.set_read_timeout(Some(read_timeout))
+                .map_err(|e| Failure::Fatal(self.error(operation, e)))?;
+            match request(&mut conn) {
+                Ok(value) => {
+                    self.checkin(conn);
+                    return Ok(value);
+                }
+                Err(e) if e.redirect_node().is_some() => {
+                    self.checkin(conn);
+                    return Err(Failure::Redirect(e));
+                }
+                Err(e) if pooled && !retried && (e.is_connection_dropped() || e.is_io_error()) => {
+                    retried = true;
+                }
+                Err(e) => return Err(Failure::Fatal(self.error(operation, e))),
+            }
+        }
+    }
+
+    /// The connection background refreshes use, created on first need.
+    pub(crate) async fn background(&self) -> Result<MultiplexedConnection> {
+        let pid = std::process::id();
+        if let Some((owner, conn)) = self
+            .background
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            if *owner == pid {
+                return Ok(conn.clone());
+            }
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(COMMAND_TIMEOUT));
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| self.error("connect", e))?;
+        *self.background.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, conn.clone()));
+        Ok(conn)
+    }
+
+    /// Forgets a background connection that failed, so the next use reconnects.
+    pub(crate) fn drop_background(&self) {
+        self.background
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+    }
+
+    pub(crate) fn error(&self, operation: &str, e: RedisError) -> Error {
+        Error::backend(&self.name, operation, e)
+    }
+}
+
+/// Why a request did not produce a value.
+pub(crate) enum Failure {
+    /// A Cluster node said the slot lives elsewhere (MOVED or ASK).
+    Redirect(RedisError),
+    Fatal(Error),
+}
+
+/// The node that serves one lock's hash slot: the URL's server until a
+/// Cluster node redirects us, then the node it named. All keys of a lock
+/// share one hash tag, so one node serves all of them.
+pub(crate) struct Route {
+    current: Mutex<Arc<Server>>,
+}
+
+impl Route {
+    pub(crate) fn new(server: Arc<Server>) -> Self {
+        Route {
+            current: Mutex::new(server),
+        }
+    }
+
+    pub(crate) fn server(&self) -> Arc<Server> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Runs `request`, following up to three Cluster redirects.
+    pub(crate) fn run<T>(
+        &self,
+        operation: &str,
+        read_timeout: Duration,
+        mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T> {
+        let mut server = self.server();
+        let mut asking = false;
+        for _ in 0..4 {
+            let outcome = server.run(operation, read_timeout, |conn| {
+                if asking {
+                    redis::cmd("ASKING").query::<()>(conn)?;
+                }
+                request(conn)
+            });
+            match outcome {
+                Ok(value) => return Ok(value),
+                Err(Failure::Fatal(e)) => return Err(e),
+                Err(Failure::Redirect(e)) => {
+                    let (addr, _slot) = e.redirect_node().expect("a redirect names its node");
+                    let target = server.redirected(addr)?;
+                    asking = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask);
+                    if !asking {
+                        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = target.clone();
+                    }
+                    server = target;
+                }
+            }
+        }
+        Err(Error::backend(
+            &server.name,
+            operation,
+            "too many Cluster redirects",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unparsable_urls_are_config_errors() {
+        for url in ["", "http://x", "redis://host:notaport", "nonsense"] {
+            let err = server(url, Duration::from_secs(1)).err().expect(url);
+            assert!(matches!(err, Error::Config(_)), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn urls_users_write_are_accepted() {
+        for url in [
+            "redis://127.0.0.1:6379/0",
+            "redis://user:secret@localhost:6380/3",
+            "rediss://example.com:6380",
+            "unix:///run/redis.sock",
+            "redis+unix:///run/redis.sock?db=2",
+        ] {
+            assert!(server(url, Duration::from_secs(1)).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://***@h:1/0");
+    }
+}
