@@ -1,0 +1,224 @@
+"""Fixtures for the cross-language tests: a private redis-server per test, and
+worker processes (tests/workers/worker.py and worker.rb) whose JSON-line
+reports the tests assert on.
+
+The Python workers run under this interpreter; the Ruby workers under
+`ruby` (override with LOCKYARD_TEST_RUBY), loading the gem, or the dev build
+in bindings-ruby/lib when one has been copied there.
+"""
+
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKERS = Path(__file__).resolve().parent / "workers"
+RUBY_DEV_LIB = ROOT / "bindings-ruby" / "lib"
+
+
+def worker_command(lang: str) -> list[str]:
+    if lang == "py":
+        return [
+            os.environ.get("LOCKYARD_TEST_PYTHON", sys.executable),
+            str(WORKERS / "worker.py"),
+        ]
+    ruby = os.environ.get("LOCKYARD_TEST_RUBY", "ruby")
+    dev_build = list((RUBY_DEV_LIB / "lockyard").glob("*.so"))
+    include = ["-I", str(RUBY_DEV_LIB)] if dev_build else []
+    return [ruby, *include, str(WORKERS / "worker.rb")]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server of our own: no persistence, gone after the test."""
+
+    def __init__(self, directory: Path):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(directory),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while self.cli("PING") != "PONG":
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError(f"redis-server did not start on port {self.port}")
+            time.sleep(0.02)
+
+    def cli(self, *args: str) -> str:
+        result = subprocess.run(
+            ["redis-cli", "-p", str(self.port), *args],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        return result.stdout.strip()
+
+    def keys(self, pattern: str = "lockyard:*") -> list[str]:
+        return sorted(self.cli("--scan", "--pattern", pattern).split())
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+class Worker:
+    """One worker process; its JSON-line reports arrive in `records`."""
+
+    def __init__(self, lang: str, args: list[str], stderr_path: Path):
+        self.lang = lang
+        self.stderr_path = stderr_path
+        self.process = subprocess.Popen(
+            [*worker_command(lang), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr_path.open("w"),
+            text=True,
+        )
+        self.records: list[dict] = []
+        self._arrivals: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = {"event": "garbage", "line": line}
+            self.records.append(record)
+            self._arrivals.put(record)
+        self._arrivals.put(None)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_for(self, event: str, timeout: float = 15.0) -> dict:
+        """The next report named `event` (earlier reports stay in `records`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                record = self._arrivals.get(
+                    timeout=max(0.0, deadline - time.monotonic())
+                )
+            except queue.Empty:
+                raise AssertionError(
+                    f"{self} reported no {event!r} within {timeout}s"
+                ) from None
+            if record is None:
+                raise AssertionError(f"{self} exited before reporting {event!r}")
+            if record["event"] == event:
+                return record
+
+    def finish(self, timeout: float = 60.0) -> list[dict]:
+        """Waits for a clean exit and returns everything it reported."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError(f"{self} still running after {timeout}s") from None
+        self._reader.join(5)
+        assert code == 0, f"{self} exited with {code}"
+        return self.records
+
+    def events(self, event: str) -> list[dict]:
+        return [r for r in self.records if r["event"] == event]
+
+    def close_stdin(self) -> None:
+        self.process.stdin.close()
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.process.pid, signum)
+
+    def __str__(self) -> str:
+        stderr = (
+            self.stderr_path.read_text().strip() if self.stderr_path.exists() else ""
+        )
+        detail = f"; stderr:\n{stderr}" if stderr else ""
+        return f"{self.lang} worker {self.process.pid}{detail}"
+
+
+class Workers:
+    """Starts workers against one Redis server and cleans up after them."""
+
+    def __init__(self, server: RedisServer, directory: Path):
+        self.server = server
+        self.directory = directory
+        self.started: list[Worker] = []
+
+    def start(self, lang: str, name: str, mode: str, **options) -> Worker:
+        args = [self.server.url, name, "--mode", mode]
+        for option, value in options.items():
+            args += [f"--{option}", str(value)]
+        stderr_path = self.directory / f"worker-{len(self.started)}-{lang}.stderr"
+        worker = Worker(lang, args, stderr_path)
+        self.started.append(worker)
+        return worker
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGCONT)
+                worker.process.kill()
+                worker.process.wait()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bindings_are_installed() -> None:
+    missing = []
+    for lang, probe in [
+        ("py", ["-c", "import lockyard.redis"]),
+        ("rb", ["-e", 'require "lockyard"']),
+    ]:
+        command = worker_command(lang)[:-1] + probe
+        result = subprocess.run(command, check=False, capture_output=True, text=True)
+        if result.returncode != 0:
+            missing.append(f"{' '.join(command)}:\n{result.stderr.strip()}")
+    if shutil.which("redis-server") is None:
+        missing.append("redis-server is not on PATH")
+    if missing:
+        pytest.fail(
+            "the bindings must be installed (scripts/setup):\n" + "\n".join(missing)
+        )
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path):
+    server = RedisServer(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def workers(redis_server: RedisServer, tmp_path: Path):
+    started = Workers(redis_server, tmp_path)
+    yield started
+    started.stop_all()
