@@ -1,1 +1,22 @@
+//! The native part of the `lockyard` Python package: thin wrappers over the
+//! core crate. Each Python class has its file; `unlocked.rs` is the only way
+//! to call into the core (always without the GIL), `error.rs` the only place
+//! core errors become exceptions, `logging.rs` the bridge to `logging`.
 
+use pyo3::prelude::*;
+
+mod convert;
+mod error;
+mod lock;
+mod logging;
+mod unlocked;
+
+#[pymodule]
+fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    logging::install();
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Under backend-qualified names: `lockyard.redis.Lock` re-exports this
+    // one, and other backends' classes are called `Lock` as well.
+    module.add("RedisLock", module.py().get_type::<lock::RedisLock>())?;
+    Ok(())
+}

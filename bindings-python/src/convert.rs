@@ -1,0 +1,57 @@
+//! Arguments as Python users write them: durations in seconds (float or
+//! int), names and URLs as str. A value of the wrong type is a bad
+//! argument like a negative TTL, so both raise `lockyard.ConfigError` (a
+//! `ValueError`) naming the parameter, before anything touches a server.
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyString};
+
+use crate::error;
+
+/// A duration in seconds; `True`/`False` are ints to Python but surely a
+/// mistake here.
+pub(crate) fn seconds(what: &str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    let py = value.py();
+    let number = (!value.is_instance_of::<PyBool>())
+        .then(|| value.extract::<f64>().ok())
+        .flatten()
+        .ok_or_else(|| wrong_type(what, "a number of seconds", value))?;
+    lockyard::redis::seconds(what, number).map_err(|e| error::to_py(py, e))
+}
+
+/// Like [`seconds`], with Python's `None` meaning "no limit".
+pub(crate) fn optional_seconds(
+    what: &str,
+    value: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Duration>> {
+    value
+        .filter(|value| !value.is_none())
+        .map(|value| seconds(what, value))
+        .transpose()
+}
+
+pub(crate) fn text(what: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    value
+        .cast::<PyString>()
+        .ok()
+        .and_then(|s| s.to_cow().ok().map(|s| s.into_owned()))
+        .ok_or_else(|| wrong_type(what, "a str", value))
+}
+
+/// A count such as `max_refresh_fails` (a non-negative int).
+pub(crate) fn count(what: &str, value: &Bound<'_, PyAny>) -> PyResult<u32> {
+    (!value.is_instance_of::<PyBool>())
+        .then(|| value.extract::<u32>().ok())
+        .flatten()
+        .ok_or_else(|| wrong_type(what, "an int >= 0", value))
+}
+
+fn wrong_type(what: &str, expected: &str, value: &Bound<'_, PyAny>) -> PyErr {
+    let got = value
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "?".into());
+    error::config(value.py(), format!("{what} must be {expected}, got {got}"))
+}
