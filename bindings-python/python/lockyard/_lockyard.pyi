@@ -1,0 +1,46 @@
+"""The native module; use it through ``lockyard`` and ``lockyard.redis``."""
+
+from types import TracebackType
+
+from typing_extensions import Self
+
+__version__: str
+
+class RedisLock:
+    """A distributed lock on a Redis server (or Redis Cluster), exported as
+    ``lockyard.redis.Lock``. Each thread is a separate holder.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        *,
+        refresh_interval: float | None = None,
+        max_refresh_fails: int = 3,
+        identity_prefix: str | None = None,
+        connect_timeout: float = 5.0,
+    ) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+    def acquire(self, timeout: float | None = None, *, blocking: bool = True) -> bool: ...
+    def try_acquire(self) -> bool: ...
+    def release(self) -> None: ...
+    @property
+    def healthy(self) -> bool: ...
+    def check_health(self) -> None: ...
+    @property
+    def fencing_token(self) -> int | None: ...
+    def owned(self) -> bool: ...
+    def locked(self) -> bool: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def identity(self) -> str: ...

@@ -1,0 +1,5 @@
+"""Primitives on a Redis server or Redis Cluster."""
+
+from lockyard._lockyard import RedisLock as Lock
+
+__all__ = ["Lock"]
