@@ -1,0 +1,80 @@
+"""Fixtures: a private redis-server per test, unique lock names, and user
+scripts run in separate Python processes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from redis_server import Redis, start_redis
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[Redis]:
+    """A fresh redis-server without persistence, killed after the test."""
+    server = start_redis(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def url(redis: Redis) -> str:
+    return redis.url
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest) -> str:
+    """A lock name per test, so a failure message says which test it was."""
+    return re.sub(r"[^\w.-]+", "-", request.node.name)
+
+
+Spawn = Callable[..., "subprocess.Popen[str]"]
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawn]:
+    """Runs a user's script in a new Python process (`sys.argv[1:]` are the
+    extra arguments) with line-buffered text pipes; kills what is left of
+    it after the test."""
+    children: list[subprocess.Popen[str]] = []
+
+    def run(code: str, *args: str) -> subprocess.Popen[str]:
+        child = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        children.append(child)
+        return child
+
+    yield run
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+
+
+def eventually(condition: Callable[[], object], timeout: float = 5.0) -> bool:
+    """Polls `condition()` until it is true or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.fixture(name="eventually")
+def eventually_fixture() -> Callable[..., bool]:
+    return eventually

@@ -1,0 +1,88 @@
+"""Bad input gets a clear, typed error and changes nothing; an unreachable
+server is a BackendError that says which server."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+import lockyard
+from redis_server import Redis, free_port
+from lockyard.redis import Lock
+
+BAD_OPTIONS: list[dict[str, Any]] = [
+    {"ttl": 0},
+    {"ttl": -1.0},
+    {"ttl": float("nan")},
+    {"ttl": float("inf")},
+    {"ttl": "30"},
+    {"ttl": True},
+    {"timeout": -0.5},
+    {"timeout": "soon"},
+    {"refresh_interval": 0},
+    {"refresh_interval": 10.0},  # not below ttl / max_refresh_fails
+    {"max_refresh_fails": 0},
+    {"max_refresh_fails": -1},
+    {"max_refresh_fails": 1.5},
+    {"identity_prefix": ""},
+    {"identity_prefix": 7},
+    {"connect_timeout": 0},
+    {"connect_timeout": -1},
+]
+
+
+@pytest.mark.parametrize("options", BAD_OPTIONS, ids=repr)
+def test_bad_options_raise_config_error_and_write_nothing(
+    redis: Redis, name: str, options: dict[str, Any]
+) -> None:
+    with pytest.raises(lockyard.ConfigError) as raised:
+        Lock(redis.url, name, **options)
+    assert isinstance(raised.value, ValueError)
+    assert next(iter(options)) in str(raised.value)
+    assert redis.dbsize() == 0
+
+
+@pytest.mark.parametrize("bad_name", ["", "a{b", "x}", 5, None])
+def test_bad_names_raise_config_error(redis: Redis, bad_name: Any) -> None:
+    with pytest.raises(lockyard.ConfigError, match="name"):
+        Lock(redis.url, bad_name)
+    assert redis.dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    "bad_url", ["", "http://127.0.0.1:6379", "redis://host:notaport", "nonsense", None]
+)
+def test_bad_urls_raise_config_error(bad_url: Any) -> None:
+    with pytest.raises(lockyard.ConfigError):
+        Lock(bad_url, "deploy")
+
+
+@pytest.mark.parametrize("timeout", [-1, float("nan"), "1"])
+def test_bad_acquire_timeouts_raise_config_error(redis: Redis, name: str, timeout: Any) -> None:
+    lock = Lock(redis.url, name)
+    with pytest.raises(lockyard.ConfigError, match="timeout"):
+        lock.acquire(timeout)
+    assert redis.dbsize() == 0
+
+
+def test_a_timeout_with_blocking_false_is_a_config_error(url: str, name: str) -> None:
+    with pytest.raises(lockyard.ConfigError, match="blocking"):
+        Lock(url, name).acquire(1.0, blocking=False)
+
+
+def test_ints_are_seconds_too(url: str, name: str) -> None:
+    with Lock(url, name, ttl=2, timeout=1, refresh_interval=0.1, connect_timeout=1) as lock:
+        lock.check_health()
+
+
+def test_unreachable_server_is_a_backend_error_naming_host_and_port() -> None:
+    port = free_port()  # nothing listens there
+    lock = Lock(f"redis://127.0.0.1:{port}/0", "deploy", connect_timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(lockyard.BackendError, match=f"127.0.0.1:{port}"):
+        lock.acquire()
+    assert time.monotonic() - started < 1.5
+    with pytest.raises(lockyard.BackendError, match=f"127.0.0.1:{port}"):
+        lock.locked()
