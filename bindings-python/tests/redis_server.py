@@ -69,8 +69,19 @@ def start_redis(directory: Path) -> Redis:
     """Starts redis-server on a free port, in `directory`, without persistence."""
     port = free_port()
     process = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-         "--save", "", "--appendonly", "no", "--dir", str(directory)],
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+        ],
         stdout=subprocess.DEVNULL,
     )
     server = Redis(port, process)
@@ -82,5 +93,7 @@ def start_redis(directory: Path) -> Redis:
         except OSError:
             if time.monotonic() > deadline or process.poll() is not None:
                 server.stop()
-                raise RuntimeError(f"redis-server did not start on port {port}") from None
+                raise RuntimeError(
+                    f"redis-server did not start on port {port}"
+                ) from None
             time.sleep(0.02)

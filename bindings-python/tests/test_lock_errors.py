@@ -6,11 +6,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
-
 import lockyard
-from redis_server import Redis, free_port
+import pytest
 from lockyard.redis import Lock
+from redis_server import Redis, free_port
 
 BAD_OPTIONS: list[dict[str, Any]] = [
     {"ttl": 0},
@@ -60,7 +59,9 @@ def test_bad_urls_raise_config_error(bad_url: Any) -> None:
 
 
 @pytest.mark.parametrize("timeout", [-1, float("nan"), "1"])
-def test_bad_acquire_timeouts_raise_config_error(redis: Redis, name: str, timeout: Any) -> None:
+def test_bad_acquire_timeouts_raise_config_error(
+    redis: Redis, name: str, timeout: Any
+) -> None:
     lock = Lock(redis.url, name)
     with pytest.raises(lockyard.ConfigError, match="timeout"):
         lock.acquire(timeout)
@@ -73,7 +74,9 @@ def test_a_timeout_with_blocking_false_is_a_config_error(url: str, name: str) ->
 
 
 def test_ints_are_seconds_too(url: str, name: str) -> None:
-    with Lock(url, name, ttl=2, timeout=1, refresh_interval=0.1, connect_timeout=1) as lock:
+    with Lock(
+        url, name, ttl=2, timeout=1, refresh_interval=0.1, connect_timeout=1
+    ) as lock:
         lock.check_health()
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-import pytest
-
 import lockyard
+import pytest
 from lockyard.redis import Lock
 
 
@@ -15,16 +14,19 @@ def run_in_child(child: Callable[[], bool]) -> int:
     """Forks; the child runs `child()` and exits 0 if it returned True."""
     pid = os.fork()
     if pid == 0:
+        code = 2  # whatever child() raises, never return into pytest
         try:
-            os._exit(0 if child() else 1)
-        except BaseException:
-            os._exit(2)
+            code = 0 if child() else 1
+        finally:
+            os._exit(code)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_a_forked_child_neither_holds_nor_releases_the_parents_lock(url: str, name: str) -> None:
+def test_a_forked_child_neither_holds_nor_releases_the_parents_lock(
+    url: str, name: str
+) -> None:
     parents = Lock(url, name)
     parents.acquire()
     parents_token = parents.fencing_token

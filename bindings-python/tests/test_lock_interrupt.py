@@ -7,9 +7,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from redis_server import Redis
-
 from lockyard.redis import Lock
+from redis_server import Redis
 
 WAIT_FOREVER = """
     import sys
@@ -23,7 +22,9 @@ WAIT_FOREVER = """
 
 
 def test_ctrl_c_interrupts_a_blocked_with_promptly(
-    redis: Redis, name: str, spawn: Callable[..., subprocess.Popen[str]],
+    redis: Redis,
+    name: str,
+    spawn: Callable[..., subprocess.Popen[str]],
     eventually: Callable[..., bool],
 ) -> None:
     holder = Lock(redis.url, name)

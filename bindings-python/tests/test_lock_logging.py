@@ -6,22 +6,28 @@ import logging
 import time
 from collections.abc import Callable
 
+import lockyard
 import pytest
+from lockyard.redis import Lock
 from redis_server import Redis
 
-import lockyard
-from lockyard.redis import Lock
 
-
-def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
+def warnings_about(
+    caplog: pytest.LogCaptureFixture, text: str
+) -> list[logging.LogRecord]:
     return [
-        r for r in caplog.records
-        if r.name == "lockyard" and r.levelno == logging.WARNING and text in r.getMessage()
+        r
+        for r in caplog.records
+        if r.name == "lockyard"
+        and r.levelno == logging.WARNING
+        and text in r.getMessage()
     ]
 
 
 def test_a_lock_lost_to_expiry_is_logged_as_a_warning(
-    redis: Redis, name: str, caplog: pytest.LogCaptureFixture,
+    redis: Redis,
+    name: str,
+    caplog: pytest.LogCaptureFixture,
     eventually: Callable[..., bool],
 ) -> None:
     caplog.set_level(logging.WARNING, logger="lockyard")
@@ -49,5 +55,6 @@ def test_leaving_a_with_whose_lock_was_lost_warns_instead_of_raising(
     caplog.set_level(logging.WARNING, logger="lockyard")
     lock = Lock(redis.url, name, ttl=5.0)
     with lock:
-        redis.command("DEL", f"lockyard:{{{name}}}:holders")  # an operator's FLUSHALL, say
+        # Someone deletes the lock's keys behind its back (FLUSHALL, say).
+        redis.command("DEL", f"lockyard:{{{name}}}:holders")
     assert warnings_about(caplog, "had been lost before it was released")

@@ -8,12 +8,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from lockyard.redis import Lock
 from redis_server import Redis
 
-from lockyard.redis import Lock
 
-
-def test_threads_sharing_one_lock_lose_no_update(url: str, name: str, tmp_path: Path) -> None:
+def test_threads_sharing_one_lock_lose_no_update(
+    url: str, name: str, tmp_path: Path
+) -> None:
     counter = tmp_path / "counter"
     counter.write_text("0")
     lock = Lock(url, name, ttl=10.0)
@@ -73,7 +74,9 @@ def test_acquire_with_timeout_gives_up_and_leaves_nothing_queued(
     waiter.release()
 
 
-def test_a_waiting_thread_does_not_block_other_python_threads(url: str, name: str) -> None:
+def test_a_waiting_thread_does_not_block_other_python_threads(
+    url: str, name: str
+) -> None:
     lock = Lock(url, name)
     lock.acquire()
     outcome: list[bool] = []
