@@ -1,1 +1,19 @@
+//! The Ruby binding of lockyard: `Lockyard::Redis::Lock` and the error
+//! mapping. The pure-Ruby idioms (keyword arguments, `synchronize`) live in
+//! `lib/lockyard/`; this crate only converts arguments, releases the GVL
+//! around blocking calls and maps errors.
 
+use magnus::{prelude::*, Error, Ruby};
+
+mod convert;
+mod errors;
+mod lock;
+mod nogvl;
+
+#[magnus::init(name = "lockyard_ruby")]
+fn init(ruby: &Ruby) -> Result<(), Error> {
+    let lockyard = ruby.define_module("Lockyard")?;
+    lockyard.const_set("VERSION", env!("CARGO_PKG_VERSION"))?;
+    let redis = lockyard.define_module("Redis")?;
+    lock::define(ruby, redis)
+}

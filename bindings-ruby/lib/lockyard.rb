@@ -1,0 +1,20 @@
+# frozen_string_literal: true
+
+# Distributed locks that stay correct under crashes, pauses and network
+# faults: a holder's lease runs on the server's clock and is refreshed in
+# the background, a holder can always ask whether it may have lost the lock,
+# and every grant carries a fencing token that only increases.
+#
+#   require "lockyard"
+#
+#   lock = Lockyard::Redis::Lock.new(url: "redis://127.0.0.1:6379/0", name: "deploy", ttl: 30)
+#   lock.synchronize do
+#     lock.check_health!   # before each step that must not run twice
+#   end
+module Lockyard
+end
+
+# The native extension looks the error classes up, so they come first.
+require_relative "lockyard/error"
+require "lockyard/lockyard_ruby"
+require_relative "lockyard/redis"

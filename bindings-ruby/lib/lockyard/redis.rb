@@ -1,0 +1,84 @@
+# frozen_string_literal: true
+
+module Lockyard
+  # Primitives on a Redis server or Redis Cluster.
+  module Redis
+    # A distributed mutual-exclusion lock. Each thread is a separate holder:
+    # one Lock shared by threads excludes them from each other exactly as it
+    # excludes other processes and hosts. While held, the lock is refreshed
+    # in the background; {#healthy?} and {#check_health!} tell whether it
+    # may have been lost.
+    #
+    #   lock = Lockyard::Redis::Lock.new(url: "redis://127.0.0.1:6379/0", name: "deploy")
+    #   lock.synchronize(timeout: 10) do
+    #     lock.check_health!
+    #     publish(fencing_token: lock.fencing_token)
+    #   end
+    #
+    # Durations are seconds (Integer or Float). Bad arguments raise
+    # {Lockyard::ConfigError} before any network access.
+    class Lock
+      # @param url [String] redis://, rediss:// or unix:// URL
+      # @param name [String] the lock's name; holders of the same name exclude each other
+      # @param ttl [Numeric] how long the lock outlives its holder's last refresh
+      # @param timeout [Numeric, nil] default wait of {#lock} and {#synchronize}; nil waits forever
+      # @param refresh_interval [Numeric, nil] refresh period, below ttl / max_refresh_fails
+      #   (default: a third of that)
+      # @param max_refresh_fails [Integer] consecutive failed refreshes that make the lock unhealthy
+      # @param identity_prefix [String, nil] prefix of holder identities (default: random)
+      # @param connect_timeout [Numeric] how long connecting may take before the server counts as unreachable
+      # @raise [Lockyard::ConfigError]
+      def self.new(url:, name:, ttl: 30, timeout: nil, refresh_interval: nil, max_refresh_fails: 3,
+                   identity_prefix: nil, connect_timeout: 5)
+        build(url, name, ttl, timeout, refresh_interval, max_refresh_fails, identity_prefix, connect_timeout)
+      end
+      private_class_method :build
+
+      # Waits until the calling thread holds the lock.
+      # @param timeout [Numeric, nil] seconds to wait; nil waits forever, 0 tries once
+      # @return [true]
+      # @raise [Lockyard::TimeoutError] when the wait runs out
+      # @raise [Lockyard::AlreadyLockedError] if this thread holds it already
+      # @raise [Lockyard::BackendError] if the server cannot be reached
+      def lock(timeout: default_timeout)
+        acquire(timeout)
+      end
+
+      # Locks, yields, and unlocks however the block is left (exception,
+      # break, return, throw).
+      # @return the block's value
+      def synchronize(timeout: default_timeout)
+        raise ArgumentError, "synchronize needs a block" unless block_given?
+
+        # Interrupts (Thread#raise, Timeout) are let in only while waiting
+        # and inside the block, so none can land between being granted the
+        # lock and the ensure that gives it back.
+        Thread.handle_interrupt(Exception => :never) do
+          held_before = held_by_this_thread?
+          begin
+            Thread.handle_interrupt(Exception => :immediate) do
+              lock(timeout: timeout)
+              yield
+            end
+          ensure
+            unlock if !held_before && held_by_this_thread?
+          end
+        end
+      end
+
+      def inspect
+        token = fencing_token
+        held = token ? " fencing_token=#{token}" : ""
+        "#<#{self.class} name=#{name.inspect}#{held}>"
+      end
+
+      private
+
+      # Local state only: true from a grant until {#unlock}, even if the
+      # lock was lost meanwhile.
+      def held_by_this_thread?
+        !fencing_token.nil?
+      end
+    end
+  end
+end

@@ -1,0 +1,54 @@
+//! Ruby arguments to core values. A value of the wrong type is a bad
+//! argument like any other: `Lockyard::ConfigError`, raised before anything
+//! touches the network.
+
+use std::time::Duration;
+
+use lockyard::{Error, Result};
+use magnus::{prelude::*, Integer, RString, Ruby, TryConvert, Value};
+
+/// Seconds given as an Integer or a Float.
+pub(crate) fn seconds(ruby: &Ruby, what: &str, value: Value) -> Result<Duration> {
+    let expected = "a number of seconds (Integer or Float)";
+    if !value.is_kind_of(ruby.class_numeric()) {
+        return Err(wrong_type(what, expected, value));
+    }
+    // Complex is Numeric too, but has no value in seconds.
+    let number = f64::try_convert(value).map_err(|_| wrong_type(what, expected, value))?;
+    lockyard::redis::seconds(what, number)
+}
+
+/// Seconds, or nil for "no limit" / "the default".
+pub(crate) fn optional_seconds(ruby: &Ruby, what: &str, value: Value) -> Result<Option<Duration>> {
+    if value.is_nil() {
+        return Ok(None);
+    }
+    seconds(ruby, what, value).map(Some)
+}
+
+pub(crate) fn string(what: &str, value: Value) -> Result<String> {
+    RString::from_value(value)
+        .ok_or_else(|| wrong_type(what, "a String", value))?
+        .to_string()
+        .map_err(|e| Error::Config(format!("{what}: {e}")))
+}
+
+pub(crate) fn optional_string(what: &str, value: Value) -> Result<Option<String>> {
+    if value.is_nil() {
+        return Ok(None);
+    }
+    string(what, value).map(Some)
+}
+
+pub(crate) fn count(what: &str, value: Value) -> Result<u32> {
+    Integer::from_value(value)
+        .and_then(|number| number.to_u32().ok())
+        .ok_or_else(|| wrong_type(what, "an Integer >= 0", value))
+}
+
+fn wrong_type(what: &str, expected: &str, value: Value) -> Error {
+    Error::Config(format!(
+        "{what} must be {expected}, got {}",
+        value.inspect()
+    ))
+}

@@ -1,0 +1,142 @@
+//! `Lockyard::Redis::Lock`, the native half. Keyword arguments, their
+//! defaults, `lock` and `synchronize` are in `lib/lockyard/redis.rb`.
+
+use std::time::{Duration, Instant};
+
+use magnus::{function, method, prelude::*, Error, RModule, Ruby, Value};
+
+use crate::convert;
+use crate::errors::OrRaise;
+use crate::nogvl::NoGvl;
+
+#[magnus::wrap(class = "Lockyard::Redis::Lock", size)]
+pub(crate) struct Lock {
+    name: String,
+    core: NoGvl<lockyard::redis::Lock>,
+}
+
+pub(crate) fn define(ruby: &Ruby, redis: RModule) -> Result<(), Error> {
+    let class = redis.define_class("Lock", ruby.class_object())?;
+    class.undef_default_alloc_func();
+    class.define_singleton_method("build", function!(Lock::build, 8))?;
+    class.define_private_method("acquire", method!(Lock::acquire, 1))?;
+    class.define_method("try_lock", method!(Lock::try_lock, 0))?;
+    class.define_method("unlock", method!(Lock::unlock, 0))?;
+    class.define_method("healthy?", method!(Lock::healthy, 0))?;
+    class.define_method("check_health!", method!(Lock::check_health, 0))?;
+    class.define_method("owned?", method!(Lock::owned, 0))?;
+    class.define_method("locked?", method!(Lock::locked, 0))?;
+    class.define_method("fencing_token", method!(Lock::fencing_token, 0))?;
+    class.define_method("name", method!(Lock::name, 0))?;
+    class.define_method("identity", method!(Lock::identity, 0))?;
+    class.define_method("default_timeout", method!(Lock::default_timeout, 0))?;
+    Ok(())
+}
+
+impl Lock {
+    /// Called by `Lock.new`, which has already checked the keywords.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one positional argument per keyword of Lock.new"
+    )]
+    fn build(
+        ruby: &Ruby,
+        url: Value,
+        name: Value,
+        ttl: Value,
+        timeout: Value,
+        refresh_interval: Value,
+        max_refresh_fails: Value,
+        identity_prefix: Value,
+        connect_timeout: Value,
+    ) -> Result<Lock, Error> {
+        let build = || {
+            let name = convert::string("name", name)?;
+            let mut builder = lockyard::redis::Lock::builder(convert::string("url", url)?, &name)
+                .ttl(convert::seconds(ruby, "ttl", ttl)?)
+                .timeout(convert::optional_seconds(ruby, "timeout", timeout)?)
+                .max_refresh_fails(convert::count("max_refresh_fails", max_refresh_fails)?)
+                .connect_timeout(convert::seconds(ruby, "connect_timeout", connect_timeout)?);
+            if let Some(every) =
+                convert::optional_seconds(ruby, "refresh_interval", refresh_interval)?
+            {
+                builder = builder.refresh_interval(every);
+            }
+            if let Some(prefix) = convert::optional_string("identity_prefix", identity_prefix)? {
+                builder = builder.identity_prefix(prefix);
+            }
+            Ok(Lock {
+                core: NoGvl::new(builder.build()?),
+                name,
+            })
+        };
+        build().or_raise(ruby)
+    }
+
+    /// Waits up to `timeout` seconds (nil: forever); true once held.
+    fn acquire(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
+        let timeout = convert::optional_seconds(ruby, "timeout", timeout).or_raise(ruby)?;
+        let give_up_at = timeout.map(|timeout| Instant::now() + timeout);
+        let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
+            // A wait resumed after an interrupt that raised nothing keeps
+            // its original deadline.
+            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+            lock.acquire_interruptibly(left, interrupted)
+        })?;
+        if acquired {
+            return Ok(true);
+        }
+        Err(lockyard::Error::Timeout {
+            what: format!("lock {:?}", rb_self.name),
+            waited: timeout.unwrap_or_default(),
+        })
+        .or_raise(ruby)
+    }
+
+    fn try_lock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
+        rb_self.core.blocking(ruby, |lock, interrupted| {
+            lock.acquire_interruptibly(Some(Duration::ZERO), interrupted)
+        })
+    }
+
+    fn unlock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
+        rb_self.core.blocking(ruby, |lock, _| lock.release())
+    }
+
+    fn healthy(&self) -> bool {
+        self.core.nonblocking(|lock| lock.healthy())
+    }
+
+    fn check_health(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+        rb_self
+            .core
+            .nonblocking(|lock| lock.check_health())
+            .or_raise(ruby)
+    }
+
+    fn owned(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
+        rb_self.core.blocking(ruby, |lock, _| lock.owned())
+    }
+
+    fn locked(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
+        rb_self.core.blocking(ruby, |lock, _| lock.locked())
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.core.nonblocking(|lock| lock.fencing_token())
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn identity(&self) -> String {
+        self.core.nonblocking(|lock| lock.identity())
+    }
+
+    fn default_timeout(&self) -> Option<f64> {
+        self.core
+            .nonblocking(|lock| lock.default_timeout())
+            .map(|timeout| timeout.as_secs_f64())
+    }
+}
