@@ -2,17 +2,20 @@
 
 from types import TracebackType
 
-from typing_extensions import Self
+from typing_extensions import Self, final
+
+__all__ = ["RedisLock", "__version__"]
 
 __version__: str
 
+@final
 class RedisLock:
     """A distributed lock on a Redis server (or Redis Cluster), exported as
     ``lockyard.redis.Lock``. Each thread is a separate holder.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         url: str,
         name: str,
         ttl: float = 30.0,
@@ -22,7 +25,7 @@ class RedisLock:
         max_refresh_fails: int = 3,
         identity_prefix: str | None = None,
         connect_timeout: float = 5.0,
-    ) -> None: ...
+    ) -> Self: ...
     def __enter__(self) -> Self: ...
     def __exit__(
         self,
