@@ -1,0 +1,99 @@
+# frozen_string_literal: true
+
+require "minitest/autorun"
+require "securerandom"
+require "socket"
+require "tmpdir"
+require "lockyard"
+
+# A private redis-server on a free port, started once for the whole run and
+# stopped when it ends; it keeps nothing on disk.
+class RedisServer
+  attr_reader :port
+
+  def self.instance
+    @instance ||= new.tap do |server|
+      Minitest.after_run { server.stop }
+    end
+  end
+
+  def initialize
+    @dir = Dir.mktmpdir("lockyard-redis")
+    @port = free_port
+    @pid = Process.spawn("redis-server", "--port", @port.to_s, "--bind", "127.0.0.1",
+                         "--save", "", "--appendonly", "no", "--dir", @dir,
+                         out: File.join(@dir, "redis.log"), err: %i[child out])
+    wait_until_ready
+  end
+
+  def url(db = 0)
+    "redis://127.0.0.1:#{@port}/#{db}"
+  end
+
+  # Sends one command and returns its reply (integers, strings, nil, arrays).
+  def call(*command, db: 0)
+    TCPSocket.open("127.0.0.1", @port) do |socket|
+      [["SELECT", db], command].each { |words| socket.write(encode(*words)) }
+      read_reply(socket)
+      read_reply(socket)
+    end
+  end
+
+  def stop
+    Process.kill(:TERM, @pid)
+    Process.wait(@pid)
+    FileUtils.remove_entry(@dir)
+  end
+
+  private
+
+  def free_port
+    server = TCPServer.new("127.0.0.1", 0)
+    server.addr[1]
+  ensure
+    server&.close
+  end
+
+  def wait_until_ready
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    begin
+      call("PING")
+    rescue SystemCallError
+      raise "redis-server did not start: #{File.read(File.join(@dir, 'redis.log'))}" if
+        Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.02
+      retry
+    end
+  end
+
+  def encode(*words)
+    "*#{words.size}\r\n" + words.map { |word| "$#{word.to_s.bytesize}\r\n#{word}\r\n" }.join
+  end
+
+  def read_reply(socket)
+    line = socket.gets("\r\n").chomp("\r\n")
+    case line[0]
+    when "+" then line[1..]
+    when "-" then raise line[1..]
+    when ":" then Integer(line[1..])
+    when "$" then line == "$-1" ? nil : socket.read(Integer(line[1..]) + 2).chomp("\r\n")
+    when "*" then Array.new(Integer(line[1..])) { read_reply(socket) }
+    end
+  end
+end
+
+module LockyardTest
+  def redis
+    RedisServer.instance
+  end
+
+  # A lock on the private server under a name no other test uses.
+  def new_lock(name: "test-#{SecureRandom.hex(6)}", **options)
+    Lockyard::Redis::Lock.new(url: redis.url, name: name, **options)
+  end
+
+  def monotonic
+    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+end
