@@ -145,3 +145,10 @@ def test_properties_and_repr(url: str, name: str) -> None:
     assert "not held" in repr(lock)
     with lock:
         assert f"fencing_token={lock.fencing_token}" in repr(lock)
+
+
+def test_a_dropped_lock_gives_back_its_hold(url: str, name: str) -> None:
+    lock = Lock(url, name, ttl=30.0)
+    lock.acquire()
+    del lock  # or the process exits: the lease is not left to run out
+    assert not Lock(url, name).locked()
