@@ -1,33 +1,70 @@
-//! Uncontended acquire + release cycles of one `lockyard::redis::Lock`,
-//! for `bench/run`: prints the mean microseconds per cycle.
+//! Uncontended acquire + release cycles, for `bench/run`: prints the mean
+//! microseconds per cycle of one `lockyard::redis::Lock` (`lockyard`), or of
+//! the raw floor it is measured against (`floor`: SET NX PX, then a
+//! compare-and-delete script by EVALSHA, on one plain connection).
 //!
 //! ```text
-//! cargo run --release --example bench_cycle -- redis://127.0.0.1:6379/0 bench-lock 2000
+//! cargo run --release --example bench_cycle -- lockyard redis://127.0.0.1:6379/0 bench 2000
 //! ```
 
 use std::time::{Duration, Instant};
 
 use lockyard::redis::Lock;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let usage = "usage: bench_cycle <redis url> <lock name> <cycles>";
-    let url = args.next().ok_or(usage)?;
-    let name = args.next().ok_or(usage)?;
-    let cycles: u32 = args.next().ok_or(usage)?.parse()?;
+const COMPARE_AND_DELETE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
-    let lock = Lock::builder(url, name)
-        .ttl(Duration::from_secs(30))
-        .build()?;
-    // Warm up: the first acquire connects and loads the scripts.
+type Cycle<'a> = Box<dyn FnMut() -> Result<(), Box<dyn std::error::Error>> + 'a>;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let usage = "usage: bench_cycle lockyard|floor <redis url> <key> <cycles>";
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [what, url, key, cycles] = &args[..] else {
+        return Err(usage.into());
+    };
+    let cycles: u32 = cycles.parse()?;
+
+    let mut cycle: Cycle = match what.as_str() {
+        "lockyard" => {
+            let lock = Lock::builder(url, key)
+                .ttl(Duration::from_secs(30))
+                .build()?;
+            Box::new(move || {
+                lock.acquire(None)?.release()?;
+                Ok(())
+            })
+        }
+        "floor" => {
+            let mut conn = redis::Client::open(url.as_str())?.get_connection()?;
+            let script = redis::Script::new(COMPARE_AND_DELETE);
+            let key = key.clone();
+            Box::new(move || {
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(&key)
+                    .arg("token")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query(&mut conn)?;
+                assert!(set.is_some(), "the key was taken");
+                let deleted: i64 = script.key(&key).arg("token").invoke(&mut conn)?;
+                assert_eq!(deleted, 1);
+                Ok(())
+            })
+        }
+        _ => return Err(usage.into()),
+    };
+    // Warm up: connect, load the scripts.
     for _ in 0..cycles.min(100) {
-        lock.acquire(None)?.release()?;
+        cycle()?;
     }
     let started = Instant::now();
     for _ in 0..cycles {
-        lock.acquire(None)?.release()?;
+        cycle()?;
     }
-    let per_cycle = started.elapsed() / cycles;
-    println!("{:.1}", per_cycle.as_secs_f64() * 1e6);
+    println!(
+        "{:.1}",
+        started.elapsed().as_secs_f64() * 1e6 / f64::from(cycles)
+    );
     Ok(())
 }

@@ -1,0 +1,282 @@
+//! The Redis Lock against a real redis-server.
+
+mod support;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lockyard::redis::Lock;
+use lockyard::Error;
+use support::{eventually, RedisServer};
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+fn lock(server: &RedisServer, name: &str) -> Lock {
+    Lock::builder(server.url(), name).build().unwrap()
+}
+
+#[test]
+fn threads_sharing_one_lock_exclude_each_other() {
+    let server = RedisServer::start();
+    let lock = Arc::new(lock(&server, "counter"));
+    let inside = Arc::new(AtomicU32::new(0));
+    let counter = Arc::new(Mutex::new(0u32));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (lock, inside, counter) = (lock.clone(), inside.clone(), counter.clone());
+            std::thread::spawn(move || {
+                for _ in 0..40 {
+                    let _guard = lock.acquire(None).unwrap();
+                    assert_eq!(
+                        inside.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two holders at once"
+                    );
+                    // Read-modify-write with a gap, as a file update would be.
+                    let seen = *counter.lock().unwrap();
+                    std::thread::sleep(Duration::from_micros(200));
+                    *counter.lock().unwrap() = seen + 1;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(*counter.lock().unwrap(), 320);
+}
+
+#[test]
+fn fencing_tokens_strictly_increase_across_holders() {
+    let server = RedisServer::start();
+    let first = lock(&server, "fenced");
+    let second = lock(&server, "fenced");
+    let mut last = 0;
+    for round in 0..10 {
+        let holder = if round % 2 == 0 { &first } else { &second };
+        let guard = holder.acquire(None).unwrap();
+        assert!(guard.fencing_token() > last);
+        last = guard.fencing_token();
+    }
+}
+
+#[test]
+fn fencing_tokens_keep_increasing_after_redis_forgets_everything() {
+    let server = RedisServer::start();
+    let lock = lock(&server, "amnesia");
+    let before = lock.acquire(None).unwrap().fencing_token();
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut server.raw().unwrap())
+        .unwrap();
+    assert!(lock.acquire(None).unwrap().fencing_token() > before);
+}
+
+#[test]
+fn try_acquire_fails_while_another_holds_and_leaves_no_trace() {
+    let server = RedisServer::start();
+    let holder = lock(&server, "busy");
+    let other = lock(&server, "busy");
+    let guard = holder.acquire(None).unwrap();
+    assert!(other.try_acquire().unwrap().is_none());
+    assert!(other.locked().unwrap());
+    assert!(!other.owned().unwrap());
+    assert!(holder.owned().unwrap());
+    drop(guard);
+    assert!(!other.locked().unwrap());
+    assert_eq!(server.keys(), ["lockyard:{busy}:fence"]);
+}
+
+#[test]
+fn a_timed_out_wait_returns_in_time_and_leaves_the_queue() {
+    let server = RedisServer::start();
+    let holder = lock(&server, "slow");
+    let waiter = lock(&server, "slow");
+    let guard = holder.acquire(None).unwrap();
+    let started = Instant::now();
+    let err = waiter.acquire(Some(MS(300))).err().unwrap();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(
+        started.elapsed() >= MS(300) && started.elapsed() < MS(1000),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(guard);
+    assert_eq!(server.keys(), ["lockyard:{slow}:fence"]);
+}
+
+#[test]
+fn release_hands_the_lock_to_a_waiter_at_once() {
+    let server = RedisServer::start();
+    let lock = Arc::new(lock(&server, "handoff"));
+    let guard = lock.acquire(None).unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            let guard = lock.acquire(None).unwrap();
+            (Instant::now(), guard.fencing_token())
+        })
+    };
+    std::thread::sleep(MS(200)); // the waiter is queued and listening
+    let released_at = Instant::now();
+    let first_token = guard.fencing_token();
+    drop(guard);
+    let (acquired_at, token) = waiter.join().unwrap();
+    // Not a poll: far below the 500 ms re-check interval.
+    assert!(
+        acquired_at - released_at < MS(100),
+        "{:?}",
+        acquired_at - released_at
+    );
+    assert!(token > first_token);
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order() {
+    let server = RedisServer::start();
+    let lock = Arc::new(lock(&server, "fifo"));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let guard = lock.acquire(None).unwrap();
+    let waiters: Vec<_> = (0..5)
+        .map(|i| {
+            let (lock, order) = (lock.clone(), order.clone());
+            let waiter = std::thread::spawn(move || {
+                let _guard = lock.acquire(None).unwrap();
+                order.lock().unwrap().push(i);
+                std::thread::sleep(MS(20));
+            });
+            std::thread::sleep(MS(60)); // let waiter i queue before i + 1
+            waiter
+        })
+        .collect();
+    drop(guard);
+    waiters.into_iter().for_each(|w| w.join().unwrap());
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn an_interrupted_wait_leaves_nothing_held_or_queued() {
+    let server = RedisServer::start();
+    let holder = lock(&server, "interrupt");
+    let waiter = lock(&server, "interrupt");
+    let guard = holder.acquire(None).unwrap();
+    let started = Instant::now();
+    let fire_at = started + MS(200);
+    let err = waiter
+        .acquire_interruptibly(None, &|| Instant::now() >= fire_at)
+        .unwrap_err();
+    assert!(matches!(err, Error::Interrupted(_)), "{err}");
+    assert!(
+        started.elapsed() < MS(600),
+        "interrupt noticed late: {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(waiter.release(), Err(Error::NotLocked(_))));
+    drop(guard);
+    assert_eq!(server.keys(), ["lockyard:{interrupt}:fence"]);
+}
+
+#[test]
+fn a_hold_much_longer_than_the_ttl_stays_exclusive_and_healthy() {
+    let server = RedisServer::start();
+    let holder = Lock::builder(server.url(), "long")
+        .ttl(MS(300))
+        .build()
+        .unwrap();
+    let other = lock(&server, "long");
+    let guard = holder.acquire(None).unwrap();
+    let started = Instant::now();
+    while started.elapsed() < MS(1500) {
+        assert!(
+            other.try_acquire().unwrap().is_none(),
+            "taken after {:?}",
+            started.elapsed()
+        );
+        guard.check_health().unwrap();
+        std::thread::sleep(MS(50));
+    }
+    assert!(guard.release().unwrap());
+}
+
+#[test]
+fn a_lock_that_vanished_from_redis_turns_unhealthy_and_release_says_so() {
+    let server = RedisServer::start();
+    let holder = Lock::builder(server.url(), "vanish")
+        .ttl(MS(900))
+        .build()
+        .unwrap();
+    let guard = holder.acquire(None).unwrap();
+    assert!(guard.healthy());
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut server.raw().unwrap())
+        .unwrap();
+    eventually(Duration::from_secs(2), "the refresher notices", || {
+        !guard.healthy()
+    });
+    assert!(matches!(
+        guard.check_health(),
+        Err(Error::LockUnhealthy { .. })
+    ));
+    assert!(!guard.release().unwrap(), "release must report the loss");
+}
+
+#[test]
+fn acquiring_twice_on_one_thread_is_an_error_not_a_deadlock() {
+    let server = RedisServer::start();
+    let lock = lock(&server, "twice");
+    let _guard = lock.acquire(None).unwrap();
+    assert!(matches!(
+        lock.acquire(Some(MS(10))),
+        Err(Error::AlreadyLocked(_))
+    ));
+}
+
+#[test]
+fn bad_input_is_rejected_before_touching_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let cases: Vec<(&str, lockyard::Result<Lock>)> = vec![
+        ("empty name", Lock::builder(&url, "").build()),
+        (
+            "zero ttl",
+            Lock::builder(&url, "x").ttl(Duration::ZERO).build(),
+        ),
+        (
+            "refresh too slow",
+            Lock::builder(&url, "x")
+                .ttl(MS(900))
+                .refresh_interval(MS(300))
+                .build(),
+        ),
+        (
+            "no refresh attempts",
+            Lock::builder(&url, "x").max_refresh_fails(0).build(),
+        ),
+        (
+            "bad url",
+            Lock::builder("redis://127.0.0.1:notaport", "x").build(),
+        ),
+        ("not redis", Lock::builder("http://127.0.0.1/", "x").build()),
+        ("brace in name", Lock::builder(&url, "a{b}").build()),
+    ];
+    for (case, result) in cases {
+        assert!(matches!(result, Err(Error::Config(_))), "{case}");
+    }
+    assert!(server.keys().is_empty());
+}
+
+#[test]
+fn an_unreachable_server_is_a_backend_error_naming_it() {
+    let port = support::free_port();
+    let lock = Lock::builder(format!("redis://127.0.0.1:{port}"), "x")
+        .connect_timeout(MS(500))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = lock.acquire(None).err().unwrap();
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
