@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -66,13 +66,16 @@ pub(crate) fn install() {
 /// the end of every call that reached the core.
 pub(crate) fn forward(py: Python<'_>) {
     let dropped = DROPPED.swap(0, Ordering::Relaxed);
-    let records: Vec<Record> = {
-        let mut queue = queue();
-        if queue.is_empty() && dropped == 0 {
-            return;
-        }
-        queue.drain(..).collect()
+    // Never wait for the logging thread here: whatever it is pushing now is
+    // forwarded by the next call.
+    let records: Vec<Record> = match QUEUE.try_lock() {
+        Ok(mut queue) => queue.drain(..).collect(),
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().drain(..).collect(),
+        Err(TryLockError::WouldBlock) => Vec::new(),
     };
+    if records.is_empty() && dropped == 0 {
+        return;
+    }
     if let Err(e) = emit(py, records, dropped) {
         // Logging trouble must not replace the outcome of the lock call.
         e.write_unraisable(py, None);
