@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use magnus::{function, method, prelude::*, Error, RModule, Ruby, Value};
+use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
 
 use crate::convert;
 use crate::errors::OrRaise;
@@ -18,7 +18,7 @@ pub(crate) struct Lock {
 pub(crate) fn define(ruby: &Ruby, redis: RModule) -> Result<(), Error> {
     let class = redis.define_class("Lock", ruby.class_object())?;
     class.undef_default_alloc_func();
-    class.define_singleton_method("build", function!(Lock::build, 8))?;
+    class.define_singleton_method("build", method!(Lock::build, 8))?;
     class.define_private_method("acquire", method!(Lock::acquire, 1))?;
     class.define_method("try_lock", method!(Lock::try_lock, 0))?;
     class.define_method("unlock", method!(Lock::unlock, 0))?;
@@ -34,13 +34,15 @@ pub(crate) fn define(ruby: &Ruby, redis: RModule) -> Result<(), Error> {
 }
 
 impl Lock {
-    /// Called by `Lock.new`, which has already checked the keywords.
+    /// Called by `Lock.new`, which has already checked the keywords; wraps
+    /// the lock as an instance of `class`, so subclasses construct themselves.
     #[allow(
         clippy::too_many_arguments,
         reason = "one positional argument per keyword of Lock.new"
     )]
     fn build(
         ruby: &Ruby,
+        class: RClass,
         url: Value,
         name: Value,
         ttl: Value,
@@ -49,7 +51,7 @@ impl Lock {
         max_refresh_fails: Value,
         identity_prefix: Value,
         connect_timeout: Value,
-    ) -> Result<Lock, Error> {
+    ) -> Result<Obj<Lock>, Error> {
         let build = || {
             let name = convert::string("name", name)?;
             let mut builder = lockyard::redis::Lock::builder(convert::string("url", url)?, &name)
@@ -70,7 +72,8 @@ impl Lock {
                 name,
             })
         };
-        build().or_raise(ruby)
+        let lock = build().or_raise(ruby)?;
+        Ok(ruby.obj_wrap_as(lock, class))
     }
 
     /// Waits up to `timeout` seconds (nil: forever); true once held.

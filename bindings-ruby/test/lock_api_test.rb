@@ -57,6 +57,14 @@ class LockApiTest < Minitest::Test
     lock.unlock
   end
 
+  def test_subclasses_construct_themselves
+    subclass = Class.new(Lockyard::Redis::Lock) { def kind = :mine }
+    lock = subclass.new(url: redis.url, name: "subclass")
+    assert_instance_of subclass, lock
+    assert_equal :mine, lock.kind
+    assert lock.synchronize { lock.owned? }
+  end
+
   def test_threads_are_separate_holders
     lock = new_lock
     lock.lock

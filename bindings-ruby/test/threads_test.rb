@@ -76,6 +76,28 @@ class ThreadsTest < Minitest::Test
     holder.unlock
   end
 
+  def test_timeout_around_synchronize_never_runs_the_block_nor_keeps_the_lock
+    holder = new_lock
+    waiter = new_lock(name: holder.name)
+    holder.lock
+    assert_raises(Timeout::Error) { Timeout.timeout(0.3) { waiter.synchronize { flunk "ran without the lock" } } }
+    assert_nil waiter.fencing_token
+    holder.unlock
+    assert_raises(Timeout::Error) { Timeout.timeout(0.3) { waiter.synchronize { sleep } } }
+    refute waiter.locked?, "interrupted inside the block, the lock was released"
+  end
+
+  def test_thread_kill_ends_a_blocked_lock
+    holder = new_lock
+    holder.lock
+    blocked = Thread.new { new_lock(name: holder.name).lock }
+    sleep 0.2
+    blocked.kill
+    assert blocked.join(1), "the killed thread ended"
+    assert_equal 0, redis.call("ZCARD", "lockyard:{#{holder.name}}:queue")
+    holder.unlock
+  end
+
   def test_a_wakeup_without_exception_keeps_waiting
     holder = new_lock
     holder.lock
