@@ -1,0 +1,256 @@
+"""Measures lockyard against the raw Redis floor of each client language and
+against peer libraries, all in one run on one private redis-server, and
+prints medians over a few rounds. Run by bench/run, which prepares the
+virtualenv this runs in.
+
+    python bench/bench.py --ruby "ruby -I bindings-ruby/lib" --rust path/to/bench_cycle
+"""
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from itertools import pairwise
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROUNDS = 5
+CYCLES = 2000
+HANDOFF_PROCESSES = 4
+HANDOFF_SECONDS = 2.0
+# Targets from the performance issue: ratio to the same language's floor.
+CYCLE_TARGET = 1.00
+HANDOFF_P50_TARGET_US = 150
+HANDOFF_P99_TARGET_US = 1000
+
+
+class RedisServer:
+    def __init__(self, directory: str):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", directory],
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(500):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.1).close()
+                return
+            except OSError:
+                time.sleep(0.01)
+        raise RuntimeError("redis-server did not start")
+
+    def busy_us(self) -> float:
+        """Microseconds the server spent in commands since the last call."""
+        import redis
+
+        client = redis.Redis(port=self.port)
+        stats = client.info("commandstats")
+        client.config_resetstat()
+        client.close()
+        return sum(
+            stat["usec"] for name, stat in stats.items() if name != "cmdstat_info"
+        )
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+class Cycle:
+    """One uncontended acquire+release measurement: a row of the table."""
+
+    def __init__(
+        self, language: str, label: str, command: list[str], floor: bool = False
+    ):
+        self.language, self.label, self.command, self.floor = (
+            language,
+            label,
+            command,
+            floor,
+        )
+        self.samples: list[float] = []
+        self.server_samples: list[float] = []
+
+    def measure(self, server: RedisServer, key: str) -> None:
+        server.busy_us()
+        result = subprocess.run(
+            [*self.command, server.url, key, str(CYCLES)],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        self.samples.append(float(result.stdout.split()[-1]))
+        # The client runs CYCLES cycles after a warm-up of up to 100.
+        self.server_samples.append(server.busy_us() / (CYCLES + min(CYCLES, 100)))
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+
+class Handoff:
+    """HANDOFF_PROCESSES Python processes taking turns as fast as they can."""
+
+    def __init__(self, implementation: str):
+        self.implementation = implementation
+        self.gaps_us: list[
+            float
+        ] = []  # release call -> another process's acquire returned
+        self.holds = self.reacquired = self.violations = 0
+
+    def measure(self, url: str, key: str) -> None:
+        start_ns = time.monotonic_ns() + int(
+            1.5e9
+        )  # after every process imported and connected
+        command = [sys.executable, str(HERE / "handoff.py"), self.implementation,
+                   url, key, str(start_ns), str(HANDOFF_SECONDS)]  # fmt: skip
+        processes = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+            for _ in range(HANDOFF_PROCESSES)
+        ]
+        holds = []
+        for pid, process in enumerate(processes):
+            output, _ = process.communicate(timeout=60)
+            if process.returncode != 0:
+                raise RuntimeError(f"a {self.implementation} handoff process failed")
+            holds += [
+                (acquired, releasing, pid) for acquired, releasing in json.loads(output)
+            ]
+        holds.sort()
+        self.holds += len(holds)
+        for (_, releasing, previous), (acquired, _, pid) in pairwise(holds):
+            if acquired < releasing:
+                self.violations += 1
+            elif pid == previous:
+                self.reacquired += 1
+            else:
+                self.gaps_us.append((acquired - releasing) / 1e3)
+
+    def percentile(self, p: float) -> float:
+        ordered = sorted(self.gaps_us)
+        return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def print_table(cycles: list[Cycle], handoffs: list[Handoff]) -> None:
+    floors = {cycle.language: cycle for cycle in cycles if cycle.floor}
+    print(f"\nuncontended acquire + release, µs per cycle (medians of {ROUNDS} rounds "
+          f"of {CYCLES} cycles;\n  × = ratio to the same language's floor in the same round; "
+          f"server = µs per cycle spent executing commands in redis-server)")  # fmt: skip
+    print(
+        f"  {'':<8}{'':<40}{'µs':>8}{'×':>7}{'server':>8}  {'target':<15}µs in each round"
+    )
+    for cycle in cycles:
+        floor = floors[cycle.language]
+        ratio = statistics.median(
+            sample / floor_sample
+            for sample, floor_sample in zip(cycle.samples, floor.samples, strict=True)
+        )
+        target = ""
+        if cycle.label.startswith("lockyard") and cycle.language in ("Python", "Ruby"):
+            target = f"≤ {CYCLE_TARGET:.2f} {verdict(ratio <= CYCLE_TARGET)}"
+        rounds = " ".join(f"{sample:.0f}" for sample in cycle.samples)
+        server = statistics.median(cycle.server_samples)
+        print(f"  {cycle.language:<8}{cycle.label:<40}{cycle.median:>8.1f}"
+              f"{ratio:>7.2f}{server:>8.1f}  {target:<15}{rounds}")  # fmt: skip
+
+    python_rtt = floors["Python"].median / 2
+    print(f"\ncontended handoff, {HANDOFF_PROCESSES} Python processes, {ROUNDS} × "
+          f"{HANDOFF_SECONDS:g} s: µs from a release call to another process's acquire "
+          f"returning\n  (× = ratio to one redis-py round trip, half the Python floor: "
+          f"{python_rtt:.0f} µs)")  # fmt: skip
+    print(f"  {'':<22}{'p50':>8}{'p99':>8}{'max':>9}{'× p50':>7}{'holds':>8}"
+          f"{'handoffs':>9}{'re-acq':>8}{'overlaps':>9}")  # fmt: skip
+    for handoff in handoffs:
+        p50, p99 = handoff.percentile(50), handoff.percentile(99)
+        print(f"  {handoff.implementation:<22}{p50:>8.0f}{p99:>8.0f}{max(handoff.gaps_us):>9.0f}"
+              f"{p50 / python_rtt:>7.2f}{handoff.holds:>8}{len(handoff.gaps_us):>9}"
+              f"{handoff.reacquired:>8}{handoff.violations:>9}")  # fmt: skip
+    lockyard = handoffs[0]
+    print(f"  targets (lockyard): p50 ≤ {HANDOFF_P50_TARGET_US} µs "
+          f"{verdict(lockyard.percentile(50) <= HANDOFF_P50_TARGET_US)}, "
+          f"p99 ≤ {HANDOFF_P99_TARGET_US} µs "
+          f"{verdict(lockyard.percentile(99) <= HANDOFF_P99_TARGET_US)}, "
+          f"no overlapping holds {verdict(lockyard.violations == 0)}")  # fmt: skip
+    print(
+        "  re-acq: the releasing process took the lock again while others waited "
+        "(not counted as a handoff)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--ruby", default="ruby", help="command that runs Ruby with lockyard"
+    )
+    parser.add_argument("--rust", required=True, help="the bench_cycle example binary")
+    args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+
+    python = [sys.executable, str(HERE / "cycle.py")]
+    ruby = [*shlex.split(args.ruby), str(HERE / "cycle.rb")]
+    cycles = [
+        Cycle(
+            "Python",
+            "floor: redis-py SET NX PX + EVALSHA del",
+            [*python, "floor"],
+            floor=True,
+        ),
+        Cycle("Python", "lockyard", [*python, "lockyard"]),
+        Cycle("Python", "redis-py Lock", [*python, "redis-py"]),
+        Cycle("Python", "python-redis-lock", [*python, "python-redis-lock"]),
+        Cycle(
+            "Ruby",
+            "floor: redis-rb SET NX PX + EVALSHA del",
+            [*ruby, "floor"],
+            floor=True,
+        ),
+        Cycle("Ruby", "lockyard", [*ruby, "lockyard"]),
+        Cycle(
+            "Rust",
+            "floor: redis-rs SET NX PX + EVALSHA del",
+            [args.rust, "floor"],
+            floor=True,
+        ),
+        Cycle("Rust", "lockyard", [args.rust, "lockyard"]),
+    ]
+    handoffs = [Handoff("lockyard"), Handoff("python-redis-lock")]
+
+    with tempfile.TemporaryDirectory(prefix="lockyard-bench-") as directory:
+        server = RedisServer(directory)
+        version = subprocess.run(
+            ["redis-server", "--version"], check=True, capture_output=True, text=True
+        ).stdout.split()[2]
+        print(f"lockyard bench: redis-server {version[2:]} on {server.url}, "
+              f"{os.cpu_count()} CPUs, Python {platform.python_version()}")  # fmt: skip
+        try:
+            for round_number in range(1, ROUNDS + 1):
+                print(
+                    f"  round {round_number}/{ROUNDS} ...", file=sys.stderr, flush=True
+                )
+                for number, cycle in enumerate(cycles):
+                    cycle.measure(server, f"bench-{number}")
+                for number, handoff in enumerate(handoffs):
+                    handoff.measure(server.url, f"handoff-{number}")
+        finally:
+            server.stop()
+
+    print_table(cycles, handoffs)
+    if handoffs[0].violations:
+        sys.exit("lockyard: two holders at once")
+
+
+if __name__ == "__main__":
+    main()
