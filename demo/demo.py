@@ -114,10 +114,8 @@ def report(holds: list[dict], victim: dict, killed_at: int, counter: Path) -> No
     ) -> tuple:
         process = f"{LANGUAGES[hold['lang']]:<6} {hold['pid']:<7}"
         when = f"+{(ns - start_ns) / 1e9:.3f}s"
-        return (
-            ns,
-            f"{when:>8}  {process} {event:<9} {waited:>9} {held:>9}  {token}{note}",
-        )
+        line = f"{when:>8}  {process} {event:<9} {waited:>9} {held:>9}  {token}{note}"
+        return ns, line.rstrip()
 
     print(
         f"{len(PROCESSES) + 1} processes ({PROCESSES.count('py') + 1} Python, "
