@@ -29,6 +29,21 @@ pub(crate) fn random_hex(bytes: usize) -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A random UUID (version 4): a semaphore slot's token.
+pub(crate) fn uuid4() -> String {
+    let hex = random_hex(16);
+    let variant = ["8", "9", "a", "b"][usize::from_str_radix(&hex[16..17], 16).unwrap() % 4];
+    format!(
+        "{}-{}-4{}-{}{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[13..16],
+        variant,
+        &hex[17..20],
+        &hex[20..32]
+    )
+}
+
 /// Identity of the calling thread for a lock object with `prefix`.
 pub(crate) fn holder_identity(prefix: &str) -> String {
     format!("{prefix}-{}/{}", std::process::id(), thread_number())
@@ -37,6 +52,15 @@ pub(crate) fn holder_identity(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uuid4_has_the_canonical_shape() {
+        let id = uuid4();
+        let parts: Vec<_> = id.split('-').map(str::len).collect();
+        assert_eq!(parts, [8, 4, 4, 4, 12]);
+        assert_eq!(&id[14..15], "4");
+        assert!("89ab".contains(&id[19..20]));
+    }
 
     #[test]
     fn threads_get_distinct_identities() {

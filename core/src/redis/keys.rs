@@ -11,6 +11,7 @@ pub(crate) struct Keys {
     pub(crate) queue: String,
     pub(crate) leases: String,
     pub(crate) fence: String,
+    pub(crate) watchers: String,
     /// A waiter's wake-up list is this prefix followed by its token.
     pub(crate) wake_prefix: String,
 }
@@ -32,17 +33,19 @@ impl Keys {
             queue: format!("{base}:queue"),
             leases: format!("{base}:leases"),
             fence: format!("{base}:fence"),
+            watchers: format!("{base}:watchers"),
             wake_prefix: format!("{base}:wake:"),
         })
     }
 
-    pub(crate) fn all(&self) -> [&str; 5] {
+    pub(crate) fn all(&self) -> [&str; 6] {
         [
             &self.holders,
             &self.grants,
             &self.queue,
             &self.leases,
             &self.fence,
+            &self.watchers,
         ]
     }
 }

@@ -6,6 +6,8 @@ mod scripts;
 mod semaphore;
 mod server;
 mod settings;
+mod wait_group;
 
 pub use lock::{Lock, LockBuilder, LockGuard};
 pub use settings::seconds;
+pub use wait_group::{Slot, WaitGroup, WaitGroupBuilder};

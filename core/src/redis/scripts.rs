@@ -23,6 +23,7 @@ pub(crate) struct Scripts {
     pub(crate) refresh: Script,
     pub(crate) cancel: Script,
     pub(crate) inspect: Script,
+    pub(crate) watch: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -31,6 +32,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     refresh: script!("refresh.lua"),
     cancel: script!("cancel.lua"),
     inspect: script!("inspect.lua"),
+    watch: script!("watch.lua"),
 });
 
 /// An invocation with the keys and the arguments every script shares

@@ -15,6 +15,7 @@ use super::server::{Route, COMMAND_TIMEOUT};
 use super::settings::Lease;
 use crate::error::{Error, Result};
 use crate::health::Health;
+use crate::identity::random_hex;
 use crate::runtime;
 
 /// A queued waiter stays eligible this long after its last renewal; a
@@ -154,8 +155,8 @@ impl Semaphore {
             if let Some(at) = give_up_at {
                 listen_until = listen_until.min(at);
             }
-            if let Some(hold) = self.listen(token, clock, listen_until, interrupted)? {
-                return Ok(Some(hold));
+            if let Some(message) = self.listen(token, listen_until, interrupted)? {
+                return self.handed_over(token, clock, &message).map(Some);
             }
             if give_up_at.is_some_and(|at| Instant::now() >= at) {
                 return Ok(None);
@@ -191,15 +192,14 @@ impl Semaphore {
         })
     }
 
-    /// Blocks on this waiter's wake-up list until a slot is handed over,
+    /// Blocks on the wake-up list of `token` until a message arrives,
     /// `until` passes, or `interrupted` fires.
     fn listen(
         &self,
         token: &str,
-        clock: ClockPair,
         until: Instant,
         interrupted: &dyn Fn() -> bool,
-    ) -> Result<Option<Hold>> {
+    ) -> Result<Option<String>> {
         let wake_key = format!("{}{token}", self.shared.keys.wake_prefix);
         loop {
             if interrupted() {
@@ -220,20 +220,20 @@ impl Semaphore {
                             .query(conn)
                     })?;
             if let Some((_, message)) = message {
-                let (fence, deadline_ms) = message
-                    .split_once(' ')
-                    .and_then(|(f, d)| Some((f.parse::<u64>().ok()?, d.parse::<i64>().ok()?)))
-                    .ok_or_else(|| self.protocol_error("wait"))?;
-                // A handed-over slot lasts only the handoff window until we
-                // refresh it, which the refresher does at once.
-                return Ok(Some(self.hold(
-                    token,
-                    fence,
-                    clock.local(deadline_ms),
-                    true,
-                )));
+                return Ok(Some(message));
             }
         }
+    }
+
+    /// A slot handed over while `token` was queued: "<fence> <deadline ms>".
+    fn handed_over(&self, token: &str, clock: ClockPair, message: &str) -> Result<Hold> {
+        let (fence, deadline_ms) = message
+            .split_once(' ')
+            .and_then(|(f, d)| Some((f.parse::<u64>().ok()?, d.parse::<i64>().ok()?)))
+            .ok_or_else(|| self.protocol_error("wait"))?;
+        // It lasts only the handoff window until refreshed, which the
+        // refresher does at once.
+        Ok(self.hold(token, fence, clock.local(deadline_ms), true))
     }
 
     fn cancel(&self, token: &str) -> Result<()> {
@@ -251,13 +251,68 @@ impl Semaphore {
     /// by someone else meanwhile.
     pub(crate) fn release(&self, hold: Hold) -> Result<bool> {
         hold.refresher.abort();
+        self.release_token(&hold.token)
+    }
+
+    /// Gives back the slot of `token`, held by this process or any other.
+    pub(crate) fn release_token(&self, token: &str) -> Result<bool> {
         let s = &self.shared;
         let released: i64 = s.route.run("release", COMMAND_TIMEOUT, |conn| {
             prepare(&SCRIPTS.release, &s.keys, s.limit)
-                .arg(&hold.token)
+                .arg(token)
                 .invoke(conn)
         })?;
         Ok(released == 1)
+    }
+
+    /// Waits up to `timeout` until no slot is held (Go's WaitGroup.Wait).
+    /// Woken by the release of the last slot; re-checks every 500 ms for
+    /// holders whose lease ran out. Ok(false) when the timeout ran out.
+    pub(crate) fn wait_idle(
+        &self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let give_up_at = timeout.map(|t| Instant::now() + t);
+        let watcher = format!("watch-{}", random_hex(12));
+        let waited = self.watch_until_idle(&watcher, give_up_at, interrupted);
+        if !matches!(waited, Ok(true)) {
+            let cancelled = self.cancel(&watcher);
+            if let (Ok(false), Err(e)) = (&waited, cancelled) {
+                return Err(e);
+            }
+        }
+        waited
+    }
+
+    fn watch_until_idle(
+        &self,
+        watcher: &str,
+        give_up_at: Option<Instant>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let s = &self.shared;
+        loop {
+            let idle: i64 = s.route.run("wait", COMMAND_TIMEOUT, |conn| {
+                prepare(&SCRIPTS.watch, &s.keys, s.limit)
+                    .arg(watcher)
+                    .arg(WAITER_LEASE.as_millis() as u64)
+                    .invoke(conn)
+            })?;
+            if idle == 1 {
+                return Ok(true);
+            }
+            let mut listen_until = Instant::now() + RECHECK;
+            if let Some(at) = give_up_at {
+                if Instant::now() >= at {
+                    return Ok(false);
+                }
+                listen_until = listen_until.min(at);
+            }
+            if self.listen(watcher, listen_until, interrupted)?.is_some() {
+                return Ok(true);
+            }
+        }
     }
 
     /// Live holders, and whether `token` (if given) is one of them.

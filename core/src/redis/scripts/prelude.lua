@@ -4,11 +4,12 @@
 -- KEYS[3] queue:   zset waiter token -> arrival time (server us), FIFO order
 -- KEYS[4] leases:  hash waiter token -> "<waiter lease deadline ms> <ttl ms> <handoff ms>"
 -- KEYS[5] fence:   string, the last fencing token issued for this name
+-- KEYS[6] watchers: hash watcher token -> lease deadline ms (wait() callers)
 -- ARGV[1] wake-key prefix (wake key of a waiter = prefix .. token; same hash tag)
 -- ARGV[2] limit (slots)
 -- All deadlines come from this server's clock, never from a client's.
 redis.replicate_commands()
-local holders, grants, queue, leases, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local holders, grants, queue, leases, fence_key, watchers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local wake_prefix, limit = ARGV[1], tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -51,6 +52,19 @@ local function grant(token, lifetime_ms)
   return fence, deadline
 end
 
+-- Wake every live wait() caller once no slot is held.
+local function notify_idle()
+  local all = redis.call('HGETALL', watchers)
+  for i = 1, #all, 2 do
+    if tonumber(all[i + 1]) > now_ms then
+      local wake = wake_prefix .. all[i]
+      redis.call('RPUSH', wake, 'idle')
+      redis.call('PEXPIRE', wake, int(tonumber(all[i + 1]) - now_ms))
+    end
+  end
+  redis.call('DEL', watchers)
+end
+
 -- Admit waiters in arrival order while slots are free. A waiter whose lease
 -- ran out (it crashed or gave up without cancelling) is dropped, never
 -- granted. A grant handed to a waiter lasts only its handoff window until
@@ -79,5 +93,6 @@ local function promote(caller)
       end
     end
   end
+  if redis.call('ZCARD', holders) == 0 then notify_idle() end
   return admitted
 end

@@ -1,0 +1,264 @@
+//! A distributed counting semaphore with Go's WaitGroup shape: `add`
+//! takes one of `limit` slots and returns its token, `done(token)` frees
+//! it from any process, `wait` returns once no slot is held.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::keys::Keys;
+use super::semaphore::{Hold, Semaphore};
+use super::server::{server, Route};
+use super::settings::Lease;
+use crate::error::{Error, Result};
+use crate::identity::uuid4;
+
+/// At most `limit` holders at a time across every process, however many
+/// crash: a crashed holder's slot comes free after `ttl`.
+///
+/// Admission is one atomic script on the server's clock, so the limit holds
+/// whatever the clients' clocks say. Waiters are served in arrival order
+/// and woken by the release that frees their slot.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lockyard::redis::WaitGroup;
+///
+/// let quota = WaitGroup::builder("redis://127.0.0.1:6379/0", "api-quota", 10).build()?;
+/// let slot = quota.acquire(Some(Duration::from_secs(30)))?;
+/// slot.check_health()?;
+/// // ... call the rate-limited API ...
+/// drop(slot); // done
+/// quota.wait(None)?; // until every slot is free again
+/// # Ok::<(), lockyard::Error>(())
+/// ```
+pub struct WaitGroup {
+    semaphore: Semaphore,
+    /// Slots this process holds, by token.
+    slots: Mutex<HashMap<String, Hold>>,
+}
+
+/// Options for a [`WaitGroup`]; start with [`WaitGroup::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct WaitGroupBuilder {
+    url: String,
+    name: String,
+    limit: u32,
+    ttl: Duration,
+    refresh_interval: Option<Duration>,
+    max_refresh_fails: u32,
+    connect_timeout: Duration,
+}
+
+impl WaitGroupBuilder {
+    /// How long a slot outlives its holder's last refresh (default 30 s).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// Refresh period; must be below ttl / max_refresh_fails.
+    pub fn refresh_interval(mut self, every: Duration) -> Self {
+        self.refresh_interval = Some(every);
+        self
+    }
+    /// Consecutive transient refresh failures that make a slot unhealthy (default 3).
+    pub fn max_refresh_fails(mut self, count: u32) -> Self {
+        self.max_refresh_fails = count;
+        self
+    }
+    /// How long connecting may take before Redis counts as unreachable (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Validates the options; touches no server.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an empty name, a limit of 0, a TTL under 1 ms,
+    /// an unparsable URL, or a refresh interval that cannot keep slots alive.
+    pub fn build(self) -> Result<WaitGroup> {
+        let keys = Keys::new(&self.name)?;
+        if self.limit == 0 {
+            return Err(Error::config("limit must be at least 1"));
+        }
+        let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
+        if self.connect_timeout.is_zero() {
+            return Err(Error::config("connect_timeout must be positive"));
+        }
+        let route = Route::new(server(&self.url, self.connect_timeout)?);
+        let what = format!("wait group {:?}", self.name);
+        Ok(WaitGroup {
+            semaphore: Semaphore::new(route, keys, self.limit, lease, what),
+            slots: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+impl WaitGroup {
+    /// Options for the group `name` with `limit` slots on the Redis server at `url`.
+    pub fn builder(
+        url: impl Into<String>,
+        name: impl Into<String>,
+        limit: u32,
+    ) -> WaitGroupBuilder {
+        WaitGroupBuilder {
+            url: url.into(),
+            name: name.into(),
+            limit,
+            ttl: Duration::from_secs(30),
+            refresh_interval: None,
+            max_refresh_fails: 3,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Waits up to `timeout` (None: forever) for a slot; the returned
+    /// guard frees it on drop.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out, [`Error::Backend`] if
+    /// Redis cannot be reached.
+    pub fn acquire(&self, timeout: Option<Duration>) -> Result<Slot<'_>> {
+        let token = self.add(timeout, &|| false)?;
+        Ok(Slot {
+            group: self,
+            token,
+            _not_send: PhantomData,
+        })
+    }
+
+    /// Takes a slot and returns its token (a UUID), to be freed with
+    /// [`WaitGroup::done`] from this process or any other. `interrupted` is
+    /// polled at least every 50 ms while waiting; when it answers true
+    /// nothing stays held and the call returns [`Error::Interrupted`].
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out.
+    pub fn add(&self, timeout: Option<Duration>, interrupted: &dyn Fn() -> bool) -> Result<String> {
+        let token = uuid4();
+        match self.semaphore.acquire(&token, timeout, interrupted)? {
+            Some(hold) => {
+                self.slots().insert(token.clone(), hold);
+                Ok(token)
+            }
+            None => Err(Error::Timeout {
+                what: format!("a slot of {}", self.semaphore.what()),
+                waited: timeout.unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Frees the slot of `token`, whichever process took it. Ok(false) if
+    /// that slot had already expired or been freed, or the token is not one
+    /// of this group's: never an error that could cost other slots.
+    pub fn done(&self, token: &str) -> Result<bool> {
+        match self.slots().remove(token) {
+            Some(hold) => self.semaphore.release(hold),
+            None => self.semaphore.release_token(token),
+        }
+    }
+
+    /// Waits up to `timeout` (None: forever) until no slot is held.
+    /// Ok(false) when the timeout ran out. Interruptible like [`WaitGroup::add`].
+    pub fn wait_interruptibly(
+        &self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        self.semaphore.wait_idle(timeout, interrupted)
+    }
+
+    /// Waits up to `timeout` (None: forever) until no slot is held.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        self.wait_interruptibly(timeout, &|| false)
+    }
+
+    /// Live slots, asked of Redis.
+    pub fn count(&self) -> Result<u32> {
+        Ok(self.semaphore.inspect(None)?.0)
+    }
+
+    /// The fencing token of a slot this process holds.
+    pub fn fencing_token(&self, token: &str) -> Option<u64> {
+        self.slots().get(token).map(|hold| hold.fence)
+    }
+
+    /// Whether a slot this process holds is surely still live (reads a flag).
+    pub fn healthy(&self, token: &str) -> bool {
+        self.slots()
+            .get(token)
+            .is_some_and(|hold| hold.health.is_healthy())
+    }
+
+    /// Ok if this process holds the slot and it is healthy.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if this process does not hold it,
+    /// [`Error::LockUnhealthy`] if it may be lost.
+    pub fn check_health(&self, token: &str) -> Result<()> {
+        let what = format!("slot {token} of {}", self.semaphore.what());
+        match self.slots().get(token) {
+            None => Err(Error::NotLocked(what)),
+            Some(hold) => hold.check_health(&what),
+        }
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hold>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for WaitGroup {
+    /// A dropped group frees the slots this process still holds.
+    fn drop(&mut self) {
+        let holds: Vec<Hold> = self.slots().drain().map(|(_, hold)| hold).collect();
+        for hold in holds {
+            if let Err(e) = self.semaphore.release(hold) {
+                log::warn!(
+                    "freeing a slot of {} on drop failed: {e}",
+                    self.semaphore.what()
+                );
+            }
+        }
+    }
+}
+
+/// One held slot of a [`WaitGroup`]; freed on drop.
+#[must_use = "the slot is freed as soon as the guard is dropped"]
+pub struct Slot<'a> {
+    group: &'a WaitGroup,
+    token: String,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Slot<'_> {
+    /// The slot's token (what [`WaitGroup::done`] takes).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+    /// See [`WaitGroup::fencing_token`].
+    pub fn fencing_token(&self) -> u64 {
+        self.group
+            .fencing_token(&self.token)
+            .expect("a guard's slot is held")
+    }
+    /// See [`WaitGroup::healthy`].
+    pub fn healthy(&self) -> bool {
+        self.group.healthy(&self.token)
+    }
+    /// See [`WaitGroup::check_health`].
+    pub fn check_health(&self) -> Result<()> {
+        self.group.check_health(&self.token)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.group.done(&self.token) {
+            log::warn!("freeing a slot failed: {e}");
+        }
+    }
+}
