@@ -109,3 +109,148 @@ pub fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> bo
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A 3-master Redis Cluster (no replicas) on free ports, torn down on drop.
+pub struct RedisCluster {
+    nodes: Vec<ClusterNode>,
+}
+
+struct ClusterNode {
+    child: Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<ClusterNode> = (0..3)
+            .map(|_| {
+                // The cluster bus listens on port + 10000.
+                let port = loop {
+                    let port = free_port();
+                    if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+                        break port;
+                    }
+                };
+                let dir = TempDir::new();
+                let child = Command::new("redis-server")
+                    .args([
+                        "--port",
+                        &port.to_string(),
+                        "--bind",
+                        "127.0.0.1",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                    ])
+                    .args([
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                    ])
+                    .current_dir(&dir.0)
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("redis-server must be installed");
+                ClusterNode {
+                    child,
+                    port,
+                    _dir: dir,
+                }
+            })
+            .collect();
+        let cluster = RedisCluster { nodes };
+        for node in &cluster.nodes {
+            let started = Instant::now();
+            while redis::Client::open(format!("redis://127.0.0.1:{}", node.port))
+                .and_then(|c| c.get_connection())
+                .is_err()
+            {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "cluster node did not start"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let addresses: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("redis-cli must be installed");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        for node in &cluster.nodes {
+            eventually(Duration::from_secs(20), "the cluster is ok", || {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut cluster.connection(node.port))
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok")
+            });
+        }
+        cluster
+    }
+
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|n| n.port).collect()
+    }
+
+    pub fn url(&self, node: usize) -> String {
+        format!("redis://127.0.0.1:{}", self.nodes[node].port)
+    }
+
+    pub fn connection(&self, port: u16) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    /// The port of the node serving `key`.
+    pub fn node_of(&self, key: &str) -> u16 {
+        let port = self.ports()[0];
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.connection(port))
+            .unwrap();
+        let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut self.connection(port))
+            .unwrap();
+        for range in slots {
+            let redis::Value::Array(items) = range else {
+                continue;
+            };
+            let (redis::Value::Int(from), redis::Value::Int(to)) = (&items[0], &items[1]) else {
+                continue;
+            };
+            if (*from..=*to).contains(&i64::from(slot)) {
+                let redis::Value::Array(master) = &items[2] else {
+                    break;
+                };
+                let redis::Value::Int(port) = master[1] else {
+                    break;
+                };
+                return port as u16;
+            }
+        }
+        panic!("no node serves slot {slot}");
+    }
+}
