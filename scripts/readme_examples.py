@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README_URL = "redis://127.0.0.1:6379/0"
-BLOCK = re.compile(r"^```(python|ruby|rust)\n(.*?)^```", re.S | re.M)
+BLOCK = re.compile(r"^```(python|ruby|rust)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
 def free_port() -> int:
@@ -32,8 +32,19 @@ def free_port() -> int:
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-         "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
         stdout=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 10
@@ -61,7 +72,10 @@ def rust_command(code: str, workdir: Path) -> list[str]:
 
 def main(path: str) -> int:
     text = Path(path).read_text()
-    blocks = [(m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1) for m in BLOCK.finditer(text)]
+    blocks = [
+        (m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1)
+        for m in BLOCK.finditer(text)
+    ]
     failures = 0
     ran = 0
     with tempfile.TemporaryDirectory(prefix="lockyard-readme-") as tmp:
@@ -78,13 +92,21 @@ def main(path: str) -> int:
                     command = ["ruby", "-e", code]
                 else:
                     command = rust_command(code, workdir)
-                result = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                                        env={**os.environ, "RUST_BACKTRACE": "1"})
+                result = subprocess.run(
+                    command,
+                    check=False,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                    env={**os.environ, "RUST_BACKTRACE": "1"},
+                )
                 ran += 1
                 if result.returncode != 0:
                     failures += 1
-                    print(f"{path}:{line}: {lang} example failed ({result.returncode})\n"
-                          f"{result.stdout}{result.stderr}")
+                    print(
+                        f"{path}:{line}: {lang} example failed ({result.returncode})\n"
+                        f"{result.stdout}{result.stderr}"
+                    )
                 else:
                     print(f"{path}:{line}: {lang} example ok")
         finally:
