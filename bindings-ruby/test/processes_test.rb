@@ -92,7 +92,7 @@ class ProcessesTest < Minitest::Test
         $stdout.puts "interrupted, holding: \#{!lock.fencing_token.nil?}"
       end
     RUBY
-    IO.popen([RbConfig.ruby, "-I", File.expand_path("../lib", __dir__), "-e", script], "r") do |child|
+    IO.popen([RbConfig.ruby, *ruby_include, "-e", script], "r") do |child|
       assert_equal "waiting\n", child.gets
       sleep 0.2
       sent_at = monotonic

@@ -1,7 +1,10 @@
 # frozen_string_literal: true
 
 # Runs every binding test: ruby bindings-ruby/test/run.rb
-# (build the extension first with bindings-ruby/build-dev.sh, or install the gem).
+# Tests this checkout once bindings-ruby/build-dev.sh has built the extension
+# into lib/, and the installed gem otherwise.
 here = File.expand_path(__dir__)
-$LOAD_PATH.unshift(File.expand_path("../lib", here), here)
+lib = File.expand_path("../lib", here)
+$LOAD_PATH.unshift(lib) if Dir[File.join(lib, "lockyard", "lockyard_ruby.*")].any?
+$LOAD_PATH.unshift(here)
 Dir[File.join(here, "**", "*_test.rb")].sort.each { |file| require file }

@@ -93,6 +93,12 @@ module LockyardTest
     Lockyard::Redis::Lock.new(url: redis.url, name: name, **options)
   end
 
+  # The -I option that makes a child ruby load the same lockyard as this one.
+  def ruby_include
+    lib = File.expand_path("../lib", __dir__)
+    $LOAD_PATH.include?(lib) ? ["-I", lib] : []
+  end
+
   def monotonic
     Process.clock_gettime(Process::CLOCK_MONOTONIC)
   end
