@@ -66,6 +66,37 @@ module Lockyard
         end
       end
 
+      # @!method try_lock
+      #   One attempt, never waits.
+      #   @return [Boolean] true if the calling thread now holds the lock
+      #   @raise [Lockyard::AlreadyLockedError] if this thread holds it already
+      # @!method unlock
+      #   Releases the calling thread's hold.
+      #   @return [Boolean] false if the lock had been lost meanwhile (its lease ran
+      #     out or another holder took over): what it protects may have been touched
+      #   @raise [Lockyard::NotLockedError] if this thread does not hold it
+      # @!method healthy?
+      #   Whether this thread holds the lock and its lease is surely still live.
+      #   Reads a flag; never touches the server, so it is cheap in a loop.
+      # @!method check_health!
+      #   @return [nil]
+      #   @raise [Lockyard::NotLockedError] if this thread does not hold the lock
+      #   @raise [Lockyard::LockUnhealthyError] if it may have been lost
+      # @!method owned?
+      #   Asks the server whether the calling thread holds the lock.
+      # @!method locked?
+      #   Asks the server whether anyone holds the lock.
+      # @!method fencing_token
+      #   @return [Integer, nil] the calling thread's grant number: strictly
+      #     increasing across all holders of this name, so a protected resource
+      #     can reject writes from a holder that lost the lock
+      # @!method name
+      #   @return [String]
+      # @!method identity
+      #   @return [String] the calling thread's holder identity, +<prefix>-<pid>/<thread>+
+      # @!method default_timeout
+      #   @return [Float, nil] the constructor's +timeout+
+
       def inspect
         token = fencing_token
         held = token ? " fencing_token=#{token}" : ""
