@@ -48,6 +48,61 @@ pub(crate) fn count(what: &str, value: &Bound<'_, PyAny>) -> PyResult<u32> {
         .ok_or_else(|| wrong_type(what, "an int >= 0", value))
 }
 
+/// The lease options of every Redis primitive, each left at the core's
+/// default when not given. One place for both builders, so `Lock` and
+/// `WaitGroup` check them alike.
+pub(crate) fn lease_options<B: LeaseBuilder>(
+    mut builder: B,
+    ttl: Option<&Bound<'_, PyAny>>,
+    refresh_interval: Option<&Bound<'_, PyAny>>,
+    max_refresh_fails: Option<&Bound<'_, PyAny>>,
+    connect_timeout: Option<&Bound<'_, PyAny>>,
+) -> PyResult<B> {
+    if let Some(ttl) = ttl {
+        builder = builder.ttl(seconds("ttl", ttl)?);
+    }
+    if let Some(every) = optional_seconds("refresh_interval", refresh_interval)? {
+        builder = builder.refresh_interval(every);
+    }
+    if let Some(fails) = max_refresh_fails {
+        builder = builder.max_refresh_fails(count("max_refresh_fails", fails)?);
+    }
+    if let Some(connect_timeout) = connect_timeout {
+        builder = builder.connect_timeout(seconds("connect_timeout", connect_timeout)?);
+    }
+    Ok(builder)
+}
+
+/// The setters the core's Redis builders have in common.
+pub(crate) trait LeaseBuilder: Sized {
+    fn ttl(self, ttl: Duration) -> Self;
+    fn refresh_interval(self, every: Duration) -> Self;
+    fn max_refresh_fails(self, count: u32) -> Self;
+    fn connect_timeout(self, timeout: Duration) -> Self;
+}
+
+macro_rules! lease_builder {
+    ($builder:ty) => {
+        impl LeaseBuilder for $builder {
+            fn ttl(self, ttl: Duration) -> Self {
+                <$builder>::ttl(self, ttl)
+            }
+            fn refresh_interval(self, every: Duration) -> Self {
+                <$builder>::refresh_interval(self, every)
+            }
+            fn max_refresh_fails(self, count: u32) -> Self {
+                <$builder>::max_refresh_fails(self, count)
+            }
+            fn connect_timeout(self, timeout: Duration) -> Self {
+                <$builder>::connect_timeout(self, timeout)
+            }
+        }
+    };
+}
+
+lease_builder!(lockyard::redis::LockBuilder);
+lease_builder!(lockyard::redis::WaitGroupBuilder);
+
 fn wrong_type(what: &str, expected: &str, value: &Bound<'_, PyAny>) -> PyErr {
     let got = value
         .repr()

@@ -6,7 +6,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
-use crate::convert::{count, optional_seconds, seconds, text};
+use crate::convert::{lease_options, optional_seconds, text};
 use crate::error;
 use crate::unlocked::Unlocked;
 
@@ -49,22 +49,16 @@ impl RedisLock {
         connect_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let name = text("name", name)?;
-        let mut builder = lockyard::redis::Lock::builder(text("url", url)?, name.clone())
-            .timeout(optional_seconds("timeout", timeout)?);
-        if let Some(ttl) = ttl {
-            builder = builder.ttl(seconds("ttl", ttl)?);
-        }
-        if let Some(every) = optional_seconds("refresh_interval", refresh_interval)? {
-            builder = builder.refresh_interval(every);
-        }
-        if let Some(fails) = max_refresh_fails {
-            builder = builder.max_refresh_fails(count("max_refresh_fails", fails)?);
-        }
+        let mut builder = lease_options(
+            lockyard::redis::Lock::builder(text("url", url)?, name.clone())
+                .timeout(optional_seconds("timeout", timeout)?),
+            ttl,
+            refresh_interval,
+            max_refresh_fails,
+            connect_timeout,
+        )?;
         if let Some(prefix) = identity_prefix.filter(|p| !p.is_none()) {
             builder = builder.identity_prefix(text("identity_prefix", prefix)?);
-        }
-        if let Some(connect_timeout) = connect_timeout {
-            builder = builder.connect_timeout(seconds("connect_timeout", connect_timeout)?);
         }
         Ok(RedisLock {
             lock: Unlocked::build(py, || builder.build())?,
