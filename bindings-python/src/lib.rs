@@ -10,6 +10,7 @@ mod error;
 mod lock;
 mod logging;
 mod unlocked;
+mod wait_group;
 
 #[pymodule]
 fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -18,5 +19,10 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // Under backend-qualified names: `lockyard.redis.Lock` re-exports this
     // one, and other backends' classes are called `Lock` as well.
     module.add("RedisLock", module.py().get_type::<lock::RedisLock>())?;
+    module.add(
+        "RedisWaitGroup",
+        module.py().get_type::<wait_group::RedisWaitGroup>(),
+    )?;
+    module.add("RedisSlot", module.py().get_type::<wait_group::Slot>())?;
     Ok(())
 }

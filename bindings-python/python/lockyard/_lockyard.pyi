@@ -4,7 +4,7 @@ from types import TracebackType
 
 from typing_extensions import Self, final
 
-__all__ = ["RedisLock", "__version__"]
+__all__ = ["RedisLock", "RedisSlot", "RedisWaitGroup", "__version__"]
 
 __version__: str
 
@@ -49,3 +49,56 @@ class RedisLock:
     def name(self) -> str: ...
     @property
     def identity(self) -> str: ...
+
+@final
+class RedisWaitGroup:
+    """At most ``limit`` holders at a time across every process, on a Redis
+    server (or Redis Cluster), exported as ``lockyard.redis.WaitGroup``.
+    Slots belong to the process: ``done(token)`` works from any thread or
+    process.
+    """
+
+    def __new__(
+        cls,
+        url: str,
+        name: str,
+        limit: int,
+        ttl: float = 30.0,
+        *,
+        refresh_interval: float | None = None,
+        max_refresh_fails: int = 3,
+        connect_timeout: float = 5.0,
+    ) -> Self: ...
+    def add(self, timeout: float | None = None) -> str: ...
+    def done(self, token: str) -> bool: ...
+    def slot(self, timeout: float | None = None) -> RedisSlot: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+    def count(self) -> int: ...
+    def healthy(self, token: str) -> bool: ...
+    def check_health(self, token: str) -> None: ...
+    def fencing_token(self, token: str) -> int | None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def limit(self) -> int: ...
+
+@final
+class RedisSlot:
+    """One slot of a wait group, taken by ``with wg.slot() as slot:`` and
+    freed when the block ends; exported as ``lockyard.redis.Slot``.
+    """
+
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+    @property
+    def token(self) -> str: ...
+    @property
+    def fencing_token(self) -> int | None: ...
+    @property
+    def healthy(self) -> bool: ...
+    def check_health(self) -> None: ...

@@ -1,5 +1,7 @@
 """Primitives on a Redis server or Redis Cluster."""
 
 from lockyard._lockyard import RedisLock as Lock
+from lockyard._lockyard import RedisSlot as Slot
+from lockyard._lockyard import RedisWaitGroup as WaitGroup
 
-__all__ = ["Lock"]
+__all__ = ["Lock", "Slot", "WaitGroup"]
