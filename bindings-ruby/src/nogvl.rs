@@ -8,6 +8,7 @@ use std::ffi::c_void;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use magnus::rb_sys::AsRawValue;
 use magnus::{Error, Ruby};
 use rb_sys::{rb_thread_call_without_gvl, Qnil, VALUE};
 
@@ -39,8 +40,13 @@ impl<T> NoGvl<T> {
         ruby: &Ruby,
         mut call: impl FnMut(&T, &dyn Fn() -> bool) -> lockyard::Result<R>,
     ) -> Result<R, Error> {
+        let on_main_thread = ruby.thread_current().as_raw() == ruby.thread_main().as_raw();
         loop {
-            match without_gvl(|interrupted| call(&self.0, interrupted))? {
+            let attempt = without_gvl(|interrupted| {
+                let _quiet = QuietSignals::block(on_main_thread);
+                call(&self.0, interrupted)
+            });
+            match attempt? {
                 Err(lockyard::Error::Interrupted(_)) => ruby.thread_check_ints()?,
                 outcome => return outcome.or_raise(ruby),
             }
@@ -103,4 +109,62 @@ where
 unsafe extern "C" fn unblock(data: *mut c_void) {
     let interrupted = &*(data as *const AtomicBool);
     interrupted.store(true, Ordering::Release);
+}
+
+/// Keeps signals from cutting a wait short while it lasts. A signal handled
+/// on a thread blocked in a socket read with a timeout makes the read fail
+/// with EINTR (SA_RESTART does not apply to such reads), which the core
+/// reports as a backend error. Ruby handles every signal on behalf of its
+/// main thread and interrupts a waiting main thread through the unblocking
+/// function, so: other threads block all asynchronous signals (the kernel
+/// delivers them to a thread that takes them); the main thread blocks only
+/// those that never mean "stop waiting" — SIGCHLD (Ruby catches it for its
+/// child processes), SIGVTALRM (Ruby's own timer) and SIGPIPE — and stays
+/// open to Ctrl-C and other trapped signals.
+struct QuietSignals {
+    previous: libc::sigset_t,
+}
+
+/// Faults the kernel sends to the thread that caused them: never blocked.
+const SYNCHRONOUS: [libc::c_int; 7] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGTRAP,
+    libc::SIGSYS,
+    libc::SIGABRT,
+];
+
+impl QuietSignals {
+    fn block(on_main_thread: bool) -> Self {
+        // SAFETY: sigset_t is plain data, initialised by sigemptyset or
+        // sigfillset before use; pthread_sigmask only changes this thread.
+        unsafe {
+            let mut quiet: libc::sigset_t = std::mem::zeroed();
+            if on_main_thread {
+                libc::sigemptyset(&mut quiet);
+                for signal in [libc::SIGCHLD, libc::SIGVTALRM, libc::SIGPIPE] {
+                    libc::sigaddset(&mut quiet, signal);
+                }
+            } else {
+                libc::sigfillset(&mut quiet);
+                for signal in SYNCHRONOUS {
+                    libc::sigdelset(&mut quiet, signal);
+                }
+            }
+            let mut previous: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &quiet, &mut previous);
+            QuietSignals { previous }
+        }
+    }
+}
+
+impl Drop for QuietSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask this thread had before `block`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
+        }
+    }
 }
