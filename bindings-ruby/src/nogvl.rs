@@ -1,8 +1,9 @@
 //! The one way a binding method may block: [`NoGvl::blocking`] runs the
 //! core call without the GVL, so other Ruby threads run meanwhile, and with
 //! an unblocking function, so `Thread#raise`, `Timeout.timeout` and Ctrl-C
-//! interrupt a wait. The core value sits inside [`NoGvl`], so a blocking
-//! call that forgets to release the GVL does not compile.
+//! interrupt a wait. The core value sits inside [`NoGvl`], reachable only
+//! through `blocking` or `nonblocking`, so every call to it states which
+//! one it is, and a blocking call cannot keep the GVL by forgetting to ask.
 
 use std::ffi::c_void;
 use std::panic::{self, AssertUnwindSafe};
