@@ -1,0 +1,260 @@
+"""Many Python processes share one WaitGroup: never more than `limit` inside,
+crashed and paused holders give their slots back after the TTL, a Redis
+restart makes holders unhealthy, and every process gets its turn.
+
+Workers (tests/workers/wait_group_worker.py) append JSON-line reports to a
+file each; the test reads them as they come.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lockyard
+import pytest
+from lockyard.redis import WaitGroup
+
+WORKER = Path(__file__).resolve().parent / "workers" / "wait_group_worker.py"
+
+
+class WaitGroupWorker:
+    def __init__(self, url: str, name: str, mode: str, directory: Path, **options):
+        label = f"wait-group-{mode}-{len(list(directory.glob('*.jsonl')))}"
+        self.reports_path = directory / f"{label}.jsonl"
+        self.reports_path.touch()
+        self.stderr_path = directory / f"{label}.stderr"
+        args = [url, name, "--mode", mode, "--reports", str(self.reports_path)]
+        for option, value in options.items():
+            args += [f"--{option}", str(value)]
+        python = os.environ.get("LOCKYARD_TEST_PYTHON", sys.executable)
+        self.process = subprocess.Popen(
+            [python, str(WORKER), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self.stderr_path.open("w"),
+            text=True,
+        )
+
+    def reports(self, event: str) -> list[dict]:
+        lines = self.reports_path.read_text().splitlines()
+        return [r for r in map(json.loads, lines) if r["event"] == event]
+
+    def wait_for(self, event: str, timeout: float = 15.0) -> dict:
+        """The first report named `event`, once it is there."""
+        deadline = time.monotonic() + timeout
+        while not (found := self.reports(event)):
+            if self.process.poll() is not None and not self.reports(event):
+                raise AssertionError(f"{self} exited before reporting {event!r}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self} reported no {event!r} in {timeout}s")
+            time.sleep(0.01)
+        return found[0]
+
+    def tell(self, line: str = "go") -> None:
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def finish(self, timeout: float = 30.0) -> None:
+        assert self.process.wait(timeout) == 0, f"{self} failed"
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.process.pid, signum)
+
+    def __str__(self) -> str:
+        stderr = self.stderr_path.read_text().strip()
+        return f"worker {self.process.pid}" + (f"; stderr:\n{stderr}" if stderr else "")
+
+
+@pytest.fixture
+def start(redis_server, tmp_path):
+    """start(name, mode, **options) runs a wait_group_worker.py process."""
+    started: list[WaitGroupWorker] = []
+
+    def run(name: str, mode: str, **options) -> WaitGroupWorker:
+        worker = WaitGroupWorker(redis_server.url, name, mode, tmp_path, **options)
+        started.append(worker)
+        return worker
+
+    yield run
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.signal(signal.SIGCONT)
+            worker.process.kill()
+        worker.process.wait()
+
+
+def fence_only(redis_server, name: str) -> bool:
+    """Nothing of `name` left in Redis but its fencing counter, expiring."""
+    fence = f"lockyard:{{{name}}}:fence"
+    if redis_server.keys() != [fence]:
+        return False
+    return int(redis_server.cli("PTTL", fence)) > 0
+
+
+def within(seconds: float, condition) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def start_crowd(start, tmp_path: Path, name: str, processes: int, **options):
+    counter = tmp_path / f"{name}.inside"
+    counter.write_text("0")
+    crowd = [
+        start(name, "crowd", limit=LIMIT, counter=counter, **options)
+        for _ in range(processes)
+    ]
+    for worker in crowd:
+        worker.wait_for("ready")
+    for worker in crowd:
+        worker.tell()
+    for worker in crowd:
+        worker.finish()
+    return crowd
+
+
+LIMIT = 3
+
+
+def test_processes_never_exceed_the_limit_and_reach_it(start, redis_server, tmp_path):
+    crowd = start_crowd(
+        start, tmp_path, "quota", processes=8, iterations=20, hold=0.005, ttl=10
+    )
+    holds = [hold for worker in crowd for hold in worker.reports("hold")]
+    assert len(holds) == 8 * 20
+    most_inside = max(hold["inside"] for hold in holds)
+    assert most_inside <= LIMIT, "more processes inside than the limit allows"
+    assert most_inside == LIMIT, "the limit was never used in full"
+    fences = [hold["fence"] for hold in holds]
+    assert len(set(fences)) == len(fences), "a fencing token was granted twice"
+    assert within(2.0, lambda: fence_only(redis_server, "quota")), redis_server.keys()
+
+
+def test_every_process_gets_at_least_half_its_fair_share(start, redis_server, tmp_path):
+    crowd = start_crowd(
+        start, tmp_path, "fair", processes=8, duration=2.0, hold=0.01, ttl=10
+    )
+    holds = {worker.process.pid: len(worker.reports("hold")) for worker in crowd}
+    fair_share = sum(holds.values()) / len(holds)
+    assert fair_share > 20, holds  # enough turns for the ratio to mean something
+    assert min(holds.values()) >= fair_share / 2, holds
+    assert within(2.0, lambda: fence_only(redis_server, "fair"))
+
+
+TTL = 1.5
+# A holder refreshes every ttl/9 by default: its lease may run out up to
+# that much before ttl has passed since the kill.
+REFRESH_EVERY = TTL / 9
+
+
+def test_sigkilled_holders_free_their_slots_after_ttl_and_not_before(
+    start, redis_server
+):
+    holders = [start("crash", "hold", limit=2, ttl=TTL, hold=60) for _ in range(2)]
+    fences = [holder.wait_for("acquired")["fence"] for holder in holders]
+    time.sleep(0.3)  # a refresh or two first
+    for holder in holders:
+        holder.signal(signal.SIGKILL)
+    killed = time.monotonic()
+
+    wg = WaitGroup(redis_server.url, "crash", limit=2, ttl=10)
+    with pytest.raises(lockyard.TimeoutError):
+        wg.add(timeout=0)
+    assert wg.count() == 2
+    tokens = [wg.add(timeout=5.0), wg.add(timeout=5.0)]
+    free_after = time.monotonic() - killed
+    assert free_after >= TTL - REFRESH_EVERY - 0.1, (
+        "a slot was taken while the killed holder's lease was live"
+    )
+    assert free_after <= TTL + 0.5, "slots stayed taken long after the TTL"
+    assert min(wg.fencing_token(token) for token in tokens) > max(fences)
+    for token in tokens:
+        assert wg.done(token)
+    assert within(1.0, lambda: fence_only(redis_server, "crash"))
+
+
+def test_sigstopped_holder_loses_its_slot_and_reports_unhealthy(start, redis_server):
+    holder = start("pause", "hold", limit=1, ttl=1.0, hold=-1)
+    acquired = holder.wait_for("acquired")
+    holder.signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+
+    wg = WaitGroup(redis_server.url, "pause", limit=1, ttl=10)
+    token = wg.add(timeout=5.0)
+    assert time.monotonic() - stopped < 1.5
+    time.sleep(max(0.0, 2.0 - (time.monotonic() - stopped)))
+    holder.signal(signal.SIGCONT)
+    holder.tell("report")
+
+    checked = holder.wait_for("checked")
+    assert checked["healthy"] is False, f"{holder} still thinks it holds its slot"
+    assert checked["check"] == "LockUnhealthyError"
+    assert holder.wait_for("done")["freed"] is False
+    assert wg.fencing_token(token) > acquired["fence"]
+    assert wg.healthy(token)
+    assert wg.count() == 1, "the paused holder's done() freed another's slot"
+    assert wg.done(token)
+
+
+def restart(redis_server) -> None:
+    """Kills redis-server and starts a new, empty one on the same port."""
+    redis_server.stop()
+    redis_server.process = subprocess.Popen(
+        redis_server.process.args, stdout=subprocess.DEVNULL
+    )
+    assert within(10.0, lambda: redis_server.cli("PING") == "PONG")
+
+
+def test_holders_turn_unhealthy_when_redis_restarts_empty(start, redis_server):
+    holders = [start("restart", "hold", limit=3, ttl=3.0, hold=-1) for _ in range(2)]
+    fences = [holder.wait_for("acquired")["fence"] for holder in holders]
+    restart(redis_server)
+    time.sleep(1.0)  # three refresh periods: each holder finds its slot gone
+    for holder in holders:
+        holder.tell("report")
+    for holder in holders:
+        checked = holder.wait_for("checked")
+        assert checked["healthy"] is False, f"{holder} trusts a slot Redis forgot"
+        assert checked["check"] == "LockUnhealthyError"
+        assert holder.wait_for("done")["freed"] is False
+        holder.finish()
+
+    wg = WaitGroup(redis_server.url, "restart", limit=3)
+    assert wg.count() == 0
+    with wg.slot() as slot:
+        assert slot.fencing_token > max(fences), "fencing went backwards"
+
+
+def test_done_from_another_process_frees_the_slot_and_ends_wait(start, redis_server):
+    holders = [start("handoff", "hold", limit=2, ttl=TTL, hold=-1) for _ in range(2)]
+    tokens = [holder.wait_for("acquired")["token"] for holder in holders]
+    waiter = start("handoff", "wait", limit=2, timeout=20)
+    waiter.wait_for("asking")
+
+    freer = start("handoff", "done", limit=2, token=tokens[0])
+    assert freer.wait_for("done")["freed"] is True
+    time.sleep(0.5)
+    assert waiter.reports("waited") == [], "wait() returned while a slot is held"
+    assert WaitGroup(redis_server.url, "handoff", limit=2).count() == 1
+
+    freer = start("handoff", "done", limit=2, token=tokens[1])
+    freed_at = freer.wait_for("done")["at"]
+    waited = waiter.wait_for("waited")
+    assert waited["idle"] is True
+    assert (waited["at"] - freed_at) / 1e6 < 100, "wait() noticed the last done late"
+
+    # The holders learn that someone else freed their slots at their next
+    # refresh.
+    time.sleep(2 * REFRESH_EVERY)
+    for holder in holders:
+        holder.tell("report")
+        assert holder.wait_for("checked")["healthy"] is False
+        assert holder.wait_for("done")["freed"] is False
+    assert within(2.0, lambda: fence_only(redis_server, "handoff"))
