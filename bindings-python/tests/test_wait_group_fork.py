@@ -12,10 +12,6 @@ from test_lock_fork import run_in_child
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: WaitGroup keeps its slots per object, not per pid (unlike Lock)",
-)
 def test_a_forked_child_neither_holds_nor_frees_the_parents_slots(
     url: str, name: str
 ) -> None:

@@ -1,12 +1,11 @@
 //! A Redis lock: the limit-1 semaphore, held per thread.
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::Mutex;
 use std::time::Duration;
 
+use super::holds::Holds;
 use super::keys::Keys;
-use super::semaphore::{Hold, Semaphore};
+use super::semaphore::Semaphore;
 use super::server::{server, Route};
 use super::settings::Lease;
 use crate::error::{Error, Result};
@@ -37,8 +36,8 @@ pub struct Lock {
     semaphore: Semaphore,
     prefix: String,
     default_timeout: Option<Duration>,
-    /// This process's holds, by (pid, thread): a forked child finds none.
-    holds: Mutex<HashMap<(u32, u64), Hold>>,
+    /// This process's holds, by thread.
+    holds: Holds<u64>,
 }
 
 /// Options for a [`Lock`]; start with [`Lock::builder`].
@@ -113,13 +112,9 @@ impl LockBuilder {
             semaphore: Semaphore::new(route, keys, 1, lease, what),
             prefix,
             default_timeout: self.timeout,
-            holds: Mutex::new(HashMap::new()),
+            holds: Holds::new(),
         })
     }
-}
-
-fn this_thread() -> (u32, u64) {
-    (std::process::id(), thread_number())
 }
 
 impl Lock {
@@ -181,14 +176,14 @@ impl Lock {
         timeout: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        let thread = this_thread();
-        if self.holds().contains_key(&thread) {
+        let thread = thread_number();
+        if self.holds.get().contains_key(&thread) {
             return Err(Error::AlreadyLocked(self.semaphore.what().to_owned()));
         }
         let token = holder_identity(&self.prefix);
         match self.semaphore.acquire(&token, timeout, interrupted)? {
             Some(hold) => {
-                self.holds().insert(thread, hold);
+                self.holds.get().insert(thread, hold);
                 Ok(true)
             }
             None => Ok(false),
@@ -202,8 +197,9 @@ impl Lock {
     /// [`Error::NotLocked`] if the calling thread does not hold it.
     pub fn release(&self) -> Result<bool> {
         let hold = self
-            .holds()
-            .remove(&this_thread())
+            .holds
+            .get()
+            .remove(&thread_number())
             .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))?;
         self.semaphore.release(hold)
     }
@@ -211,8 +207,9 @@ impl Lock {
     /// Whether the calling thread holds the lock and its lease is surely
     /// still live. Reads a flag and the clock; never touches Redis.
     pub fn healthy(&self) -> bool {
-        self.holds()
-            .get(&this_thread())
+        self.holds
+            .get()
+            .get(&thread_number())
             .is_some_and(|h| h.health.is_healthy())
     }
 
@@ -222,7 +219,7 @@ impl Lock {
     /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
     pub fn check_health(&self) -> Result<()> {
         let what = self.semaphore.what();
-        match self.holds().get(&this_thread()) {
+        match self.holds.get().get(&thread_number()) {
             None => Err(Error::NotLocked(what.to_owned())),
             Some(hold) => hold.check_health(what),
         }
@@ -232,7 +229,7 @@ impl Lock {
     /// across all holders of this name, so a protected resource can reject
     /// writes from a holder that lost the lock.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.holds().get(&this_thread()).map(|h| h.fence)
+        self.holds.get().get(&thread_number()).map(|h| h.fence)
     }
 
     /// Asks Redis whether the calling thread holds the lock.
@@ -250,23 +247,13 @@ impl Lock {
     pub fn identity(&self) -> String {
         holder_identity(&self.prefix)
     }
-
-    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, u64), Hold>> {
-        self.holds.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 impl Drop for Lock {
     /// A dropped lock gives back what this process still holds, rather than
     /// leaving it to expire.
     fn drop(&mut self) {
-        let pid = std::process::id();
-        let holds: Vec<Hold> = self
-            .holds()
-            .drain()
-            .filter_map(|((owner, _), hold)| (owner == pid).then_some(hold))
-            .collect();
-        for hold in holds {
+        for hold in self.holds.drain() {
             if let Err(e) = self.semaphore.release(hold) {
                 log::warn!("releasing {} on drop failed: {e}", self.semaphore.what());
             }

@@ -1,5 +1,6 @@
 //! Primitives on a Redis server or Redis Cluster.
 
+mod holds;
 mod keys;
 mod lock;
 mod scripts;

@@ -2,13 +2,12 @@
 //! takes one of `limit` slots and returns its token, `done(token)` frees
 //! it from any process, `wait` returns once no slot is held.
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::Mutex;
 use std::time::Duration;
 
+use super::holds::Holds;
 use super::keys::Keys;
-use super::semaphore::{Hold, Semaphore};
+use super::semaphore::Semaphore;
 use super::server::{server, Route};
 use super::settings::Lease;
 use crate::error::{Error, Result};
@@ -36,7 +35,7 @@ use crate::identity::uuid4;
 pub struct WaitGroup {
     semaphore: Semaphore,
     /// Slots this process holds, by token.
-    slots: Mutex<HashMap<String, Hold>>,
+    slots: Holds<String>,
 }
 
 /// Options for a [`WaitGroup`]; start with [`WaitGroup::builder`].
@@ -92,7 +91,7 @@ impl WaitGroupBuilder {
         let what = format!("wait group {:?}", self.name);
         Ok(WaitGroup {
             semaphore: Semaphore::new(route, keys, self.limit, lease, what),
-            slots: Mutex::new(HashMap::new()),
+            slots: Holds::new(),
         })
     }
 }
@@ -141,7 +140,7 @@ impl WaitGroup {
         let token = uuid4();
         match self.semaphore.acquire(&token, timeout, interrupted)? {
             Some(hold) => {
-                self.slots().insert(token.clone(), hold);
+                self.slots.get().insert(token.clone(), hold);
                 Ok(token)
             }
             None => Err(Error::Timeout {
@@ -155,7 +154,7 @@ impl WaitGroup {
     /// that slot had already expired or been freed, or the token is not one
     /// of this group's: never an error that could cost other slots.
     pub fn done(&self, token: &str) -> Result<bool> {
-        match self.slots().remove(token) {
+        match self.slots.get().remove(token) {
             Some(hold) => self.semaphore.release(hold),
             None => self.semaphore.release_token(token),
         }
@@ -183,12 +182,13 @@ impl WaitGroup {
 
     /// The fencing token of a slot this process holds.
     pub fn fencing_token(&self, token: &str) -> Option<u64> {
-        self.slots().get(token).map(|hold| hold.fence)
+        self.slots.get().get(token).map(|hold| hold.fence)
     }
 
     /// Whether a slot this process holds is surely still live (reads a flag).
     pub fn healthy(&self, token: &str) -> bool {
-        self.slots()
+        self.slots
+            .get()
             .get(token)
             .is_some_and(|hold| hold.health.is_healthy())
     }
@@ -200,22 +200,17 @@ impl WaitGroup {
     /// [`Error::LockUnhealthy`] if it may be lost.
     pub fn check_health(&self, token: &str) -> Result<()> {
         let what = format!("slot {token} of {}", self.semaphore.what());
-        match self.slots().get(token) {
+        match self.slots.get().get(token) {
             None => Err(Error::NotLocked(what)),
             Some(hold) => hold.check_health(&what),
         }
-    }
-
-    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hold>> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl Drop for WaitGroup {
     /// A dropped group frees the slots this process still holds.
     fn drop(&mut self) {
-        let holds: Vec<Hold> = self.slots().drain().map(|(_, hold)| hold).collect();
-        for hold in holds {
+        for hold in self.slots.drain() {
             if let Err(e) = self.semaphore.release(hold) {
                 log::warn!(
                     "freeing a slot of {} on drop failed: {e}",
