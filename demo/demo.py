@@ -2,9 +2,11 @@
 while holding it. Prints who held the lock when, and what that proves.
 
 Run by scripts/demo, which starts the Redis server:  python demo/demo.py URL
+(`python demo/demo.py --check` lists what is missing to run it.)
 """
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,8 +16,9 @@ from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKERS = ROOT / "tests" / "workers"
-RUBY_DEV_LIB = ROOT / "bindings-ruby" / "lib"
+sys.path.insert(0, str(ROOT / "tests" / "workers"))
+
+from commands import worker_command
 
 LOCK_NAME = "demo"
 TTL = 2.0
@@ -24,14 +27,6 @@ HOLD = 0.15
 PROCESSES = ["py", "rb", "py", "rb", "py", "rb"]
 KILL_AFTER = 0.8
 LANGUAGES = {"py": "Python", "rb": "Ruby"}
-
-
-def worker_command(lang: str) -> list[str]:
-    if lang == "py":
-        return [sys.executable, str(WORKERS / "worker.py")]
-    dev_build = list((RUBY_DEV_LIB / "lockyard").glob("*.so"))
-    include = ["-I", str(RUBY_DEV_LIB)] if dev_build else []
-    return ["ruby", *include, str(WORKERS / "worker.rb")]
 
 
 def start(lang: str, url: str, log: Path, *options: str) -> subprocess.Popen:
@@ -173,7 +168,26 @@ def report(holds: list[dict], victim: dict, killed_at: int, counter: Path) -> No
         sys.exit(1)
 
 
+def missing() -> list[str]:
+    """What the demo needs and cannot find."""
+    problems = []
+    if shutil.which("redis-server") is None:
+        problems.append("redis-server (apt install redis-server)")
+    try:
+        import lockyard.redis  # noqa: F401
+    except ImportError:
+        problems.append(f"the Python package lockyard (for {sys.executable})")
+    ruby = [*worker_command("rb")[:-1], "-e", 'require "lockyard"']
+    if subprocess.run(ruby, check=False, capture_output=True).returncode != 0:
+        problems.append(f"the Ruby gem lockyard ({' '.join(ruby)} fails)")
+    return problems
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--check"]:
+        problems = missing()
+        print("\n".join(f"  - {problem}" for problem in problems))
+        sys.exit(1 if problems else 0)
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     with tempfile.TemporaryDirectory(prefix="lockyard-demo-") as directory:

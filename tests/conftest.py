@@ -2,9 +2,7 @@
 worker processes (tests/workers/worker.py and worker.rb) whose JSON-line
 reports the tests assert on.
 
-The Python workers run under this interpreter; the Ruby workers under
-`ruby` (override with LOCKYARD_TEST_RUBY), loading the gem, or the dev build
-in bindings-ruby/lib when one has been copied there.
+Which interpreter and which build each worker uses: tests/workers/commands.py.
 """
 
 import json
@@ -21,21 +19,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-WORKERS = Path(__file__).resolve().parent / "workers"
-RUBY_DEV_LIB = ROOT / "bindings-ruby" / "lib"
+sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
 
-
-def worker_command(lang: str) -> list[str]:
-    if lang == "py":
-        return [
-            os.environ.get("LOCKYARD_TEST_PYTHON", sys.executable),
-            str(WORKERS / "worker.py"),
-        ]
-    ruby = os.environ.get("LOCKYARD_TEST_RUBY", "ruby")
-    dev_build = list((RUBY_DEV_LIB / "lockyard").glob("*.so"))
-    include = ["-I", str(RUBY_DEV_LIB)] if dev_build else []
-    return [ruby, *include, str(WORKERS / "worker.rb")]
+from commands import worker_command
 
 
 def free_port() -> int:
@@ -198,7 +184,7 @@ def bindings_are_installed() -> None:
         ("py", ["-c", "import lockyard.redis"]),
         ("rb", ["-e", 'require "lockyard"']),
     ]:
-        command = worker_command(lang)[:-1] + probe
+        command = [*worker_command(lang)[:-1], *probe]
         result = subprocess.run(command, check=False, capture_output=True, text=True)
         if result.returncode != 0:
             missing.append(f"{' '.join(command)}:\n{result.stderr.strip()}")
