@@ -143,7 +143,7 @@ def test_every_process_gets_at_least_half_its_fair_share(start, redis_server, tm
     )
     holds = {worker.process.pid: len(worker.reports("hold")) for worker in crowd}
     fair_share = sum(holds.values()) / len(holds)
-    assert fair_share > 20, holds  # enough turns for the ratio to mean something
+    assert fair_share >= 10, holds  # enough turns for the ratio to mean something
     assert min(holds.values()) >= fair_share / 2, holds
     assert within(2.0, lambda: fence_only(redis_server, "fair"))
 

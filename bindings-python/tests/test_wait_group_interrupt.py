@@ -16,9 +16,13 @@ from redis_server import Redis
 # Reports when KeyboardInterrupt arrived (CLOCK_MONOTONIC is system-wide,
 # so the test can compare it with when it sent SIGINT).
 BLOCK_UNTIL_CTRL_C = """
-    import json, sys, time
+    import json, signal, sys, time
     from lockyard.redis import WaitGroup
 
+    # A shell's background job starts with SIGINT ignored, and Python then
+    # leaves it ignored: make Ctrl-C raise KeyboardInterrupt however the
+    # tests were started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     wg = WaitGroup(sys.argv[1], sys.argv[2], limit=1)
     call = {
         "add": lambda: wg.add(),
