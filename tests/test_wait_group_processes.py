@@ -10,15 +10,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import lockyard
 import pytest
+from commands import WORKERS, python
 from lockyard.redis import WaitGroup
 
-WORKER = Path(__file__).resolve().parent / "workers" / "wait_group_worker.py"
+WORKER = WORKERS / "wait_group_worker.py"
 
 
 class WaitGroupWorker:
@@ -30,9 +30,8 @@ class WaitGroupWorker:
         args = [url, name, "--mode", mode, "--reports", str(self.reports_path)]
         for option, value in options.items():
             args += [f"--{option}", str(value)]
-        python = os.environ.get("LOCKYARD_TEST_PYTHON", sys.executable)
         self.process = subprocess.Popen(
-            [python, str(WORKER), *args],
+            [*python(), str(WORKER), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=self.stderr_path.open("w"),
