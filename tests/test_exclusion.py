@@ -6,7 +6,7 @@ from holds import fence_decreases, overlaps
 
 PROCESSES_PER_LANGUAGE = 3
 THREADS = 3
-ITERATIONS = 15
+ITERATIONS = 25
 
 
 def test_processes_in_both_languages_lose_no_update(workers, tmp_path: Path):
