@@ -13,8 +13,9 @@ pub enum Error {
     /// This thread already holds the lock (locks are not re-entrant).
     #[error("{0} is already held by this thread")]
     AlreadyLocked(String),
-    /// Release or health check of something this thread does not hold.
-    #[error("{0} is not held by this thread")]
+    /// Release or health check of something the caller does not hold
+    /// (a lock: this thread; a wait group slot: this process).
+    #[error("{0} is not held by the caller")]
     NotLocked(String),
     /// The lock may have been lost: its lease ran out, it was taken over, or
     /// refreshing it failed too often. Stop touching what it protects.

@@ -10,6 +10,30 @@ static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     static THREAD: Cell<u64> = const { Cell::new(0) };
+    static HOLDER: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with `key` naming the calling holder instead of the OS thread.
+///
+/// Locks are held per thread of execution. For runtimes where that is not
+/// an OS thread one to one — Ruby hands a dead Thread's native thread to a
+/// new one, and fibers share a native thread — the binding passes its own
+/// key (e.g. the Ruby fiber's object id) so a new Thread cannot inherit a
+/// dead one's lock. Keys never collide with OS-thread numbers.
+pub fn as_holder<R>(key: u64, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<u64>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            HOLDER.with(|holder| holder.set(self.0));
+        }
+    }
+    let _restore = Restore(HOLDER.with(|holder| holder.replace(Some(key | 1 << 63))));
+    f()
+}
+
+/// The calling holder: the key set by [`as_holder`], else the OS thread.
+pub(crate) fn holder_number() -> u64 {
+    HOLDER.with(Cell::get).unwrap_or_else(thread_number)
 }
 
 /// A process-unique number for the calling thread (stable for its life).
@@ -46,7 +70,7 @@ pub(crate) fn uuid4() -> String {
 
 /// Identity of the calling thread for a lock object with `prefix`.
 pub(crate) fn holder_identity(prefix: &str) -> String {
-    format!("{prefix}-{}/{}", std::process::id(), thread_number())
+    format!("{prefix}-{}/{}", std::process::id(), holder_number())
 }
 
 #[cfg(test)]
@@ -60,6 +84,15 @@ mod tests {
         assert_eq!(parts, [8, 4, 4, 4, 12]);
         assert_eq!(&id[14..15], "4");
         assert!("89ab".contains(&id[19..20]));
+    }
+
+    #[test]
+    fn a_holder_key_replaces_the_thread_for_its_scope() {
+        let thread = holder_identity("p");
+        let keyed = as_holder(7, || holder_identity("p"));
+        assert_ne!(keyed, thread);
+        assert_eq!(as_holder(7, || holder_identity("p")), keyed);
+        assert_eq!(holder_identity("p"), thread, "restored after the scope");
     }
 
     #[test]

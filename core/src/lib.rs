@@ -27,3 +27,4 @@ pub mod redis;
 mod runtime;
 
 pub use error::{Error, Result};
+pub use identity::as_holder;

@@ -280,3 +280,44 @@ fn an_unreachable_server_is_a_backend_error_naming_it() {
     );
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+#[test]
+fn signals_landing_on_a_waiting_thread_do_not_break_its_wait() {
+    // Like the handlers Ruby and Python install: no SA_RESTART, so a
+    // blocking read returns EINTR.
+    extern "C" fn ignore(_: libc::c_int) {}
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = ignore as *const () as usize;
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+    let server = RedisServer::start();
+    let lock = Arc::new(lock(&server, "signals"));
+    let guard = lock.acquire(None).unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let waiter = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            sender
+                .send(unsafe { libc::pthread_self() } as usize)
+                .unwrap();
+            lock.acquire(Some(Duration::from_secs(10)))
+                .map(|guard| guard.fencing_token())
+        })
+    };
+    let waiter_thread = receiver.recv().unwrap() as libc::pthread_t;
+    for _ in 0..30 {
+        unsafe { libc::pthread_kill(waiter_thread, libc::SIGUSR1) };
+        std::thread::sleep(MS(10));
+    }
+    let first = guard.fencing_token();
+    drop(guard);
+    let token = waiter
+        .join()
+        .unwrap()
+        .expect("a signal must not turn the wait into an error");
+    assert!(token > first);
+}

@@ -9,7 +9,7 @@ use super::semaphore::Semaphore;
 use super::server::{server, Route};
 use super::settings::Lease;
 use crate::error::{Error, Result};
-use crate::identity::{holder_identity, random_hex, thread_number};
+use crate::identity::{holder_identity, holder_number, random_hex};
 
 /// A distributed mutual-exclusion lock on one Redis server (or Cluster).
 ///
@@ -176,7 +176,7 @@ impl Lock {
         timeout: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        let thread = thread_number();
+        let thread = holder_number();
         if self.holds.get().contains_key(&thread) {
             return Err(Error::AlreadyLocked(self.semaphore.what().to_owned()));
         }
@@ -199,7 +199,7 @@ impl Lock {
         let hold = self
             .holds
             .get()
-            .remove(&thread_number())
+            .remove(&holder_number())
             .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))?;
         self.semaphore.release(hold)
     }
@@ -209,7 +209,7 @@ impl Lock {
     pub fn healthy(&self) -> bool {
         self.holds
             .get()
-            .get(&thread_number())
+            .get(&holder_number())
             .is_some_and(|h| h.health.is_healthy())
     }
 
@@ -219,7 +219,7 @@ impl Lock {
     /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
     pub fn check_health(&self) -> Result<()> {
         let what = self.semaphore.what();
-        match self.holds.get().get(&thread_number()) {
+        match self.holds.get().get(&holder_number()) {
             None => Err(Error::NotLocked(what.to_owned())),
             Some(hold) => hold.check_health(what),
         }
@@ -229,7 +229,7 @@ impl Lock {
     /// across all holders of this name, so a protected resource can reject
     /// writes from a holder that lost the lock.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.holds.get().get(&thread_number()).map(|h| h.fence)
+        self.holds.get().get(&holder_number()).map(|h| h.fence)
     }
 
     /// Asks Redis whether the calling thread holds the lock.

@@ -167,7 +167,7 @@ impl Semaphore {
     fn attempt(&self, token: &str, waiter_lease: Duration) -> Result<Attempt> {
         let s = &self.shared;
         let sent = Instant::now();
-        let reply: Vec<i64> = s.route.run("acquire", COMMAND_TIMEOUT, |conn| {
+        let reply: Vec<i64> = s.route.run("acquire", COMMAND_TIMEOUT, true, |conn| {
             prepare(&SCRIPTS.acquire, &s.keys, s.limit)
                 .arg(token)
                 .arg(s.lease.ttl_ms())
@@ -213,7 +213,7 @@ impl Semaphore {
             let message: Option<(String, String)> =
                 self.shared
                     .route
-                    .run("wait", slice + COMMAND_TIMEOUT, |conn| {
+                    .run("wait", slice + COMMAND_TIMEOUT, true, |conn| {
                         redis::cmd("BLPOP")
                             .arg(&wake_key)
                             .arg(format!("{:.3}", slice.as_secs_f64()))
@@ -238,7 +238,7 @@ impl Semaphore {
 
     fn cancel(&self, token: &str) -> Result<()> {
         let s = &self.shared;
-        s.route.run("cancel", COMMAND_TIMEOUT, |conn| {
+        s.route.run("cancel", COMMAND_TIMEOUT, true, |conn| {
             prepare(&SCRIPTS.cancel, &s.keys, s.limit)
                 .arg(token)
                 .invoke::<i64>(conn)
@@ -257,7 +257,7 @@ impl Semaphore {
     /// Gives back the slot of `token`, held by this process or any other.
     pub(crate) fn release_token(&self, token: &str) -> Result<bool> {
         let s = &self.shared;
-        let released: i64 = s.route.run("release", COMMAND_TIMEOUT, |conn| {
+        let released: i64 = s.route.run("release", COMMAND_TIMEOUT, false, |conn| {
             prepare(&SCRIPTS.release, &s.keys, s.limit)
                 .arg(token)
                 .invoke(conn)
@@ -293,7 +293,7 @@ impl Semaphore {
     ) -> Result<bool> {
         let s = &self.shared;
         loop {
-            let idle: i64 = s.route.run("wait", COMMAND_TIMEOUT, |conn| {
+            let idle: i64 = s.route.run("wait", COMMAND_TIMEOUT, true, |conn| {
                 prepare(&SCRIPTS.watch, &s.keys, s.limit)
                     .arg(watcher)
                     .arg(WAITER_LEASE.as_millis() as u64)
@@ -318,7 +318,7 @@ impl Semaphore {
     /// Live holders, and whether `token` (if given) is one of them.
     pub(crate) fn inspect(&self, token: Option<&str>) -> Result<(u32, bool)> {
         let s = &self.shared;
-        let reply: Vec<i64> = s.route.run("inspect", COMMAND_TIMEOUT, |conn| {
+        let reply: Vec<i64> = s.route.run("inspect", COMMAND_TIMEOUT, true, |conn| {
             prepare(&SCRIPTS.inspect, &s.keys, s.limit)
                 .arg(token.unwrap_or(""))
                 .invoke(conn)

@@ -15,6 +15,9 @@ use crate::error::{Error, Result};
 
 const MAX_IDLE: usize = 16;
 
+/// Signals in a row after which a request gives up.
+const MAX_INTERRUPTIONS: u32 = 100;
+
 /// How long a single command may take before the server counts as unreachable.
 pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -142,14 +145,19 @@ impl Server {
 
     /// Runs `request` on a pooled connection. A pooled connection that turns
     /// out dead (the server restarted) is replaced once: it never carried the
-    /// request to a live server, so repeating it is safe.
+    /// request to a live server, so repeating it is safe. A read cut short by
+    /// a signal (EINTR: Ruby and Python install handlers) drops the
+    /// connection, whose state is then unknown, and repeats a `repeatable`
+    /// request; others report the interruption as an error.
     pub(crate) fn run<T>(
         &self,
         operation: &str,
         read_timeout: Duration,
+        repeatable: bool,
         mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> std::result::Result<T, Failure> {
-        let mut retried = false;
+        let mut stale_retried = false;
+        let mut interruptions = 0;
         loop {
             let (mut conn, pooled) = self.checkout().map_err(Failure::Fatal)?;
             conn.set_read_timeout(Some(read_timeout))
@@ -163,8 +171,15 @@ impl Server {
                     self.checkin(conn);
                     return Err(Failure::Redirect(e));
                 }
-                Err(e) if pooled && !retried && (e.is_connection_dropped() || e.is_io_error()) => {
-                    retried = true;
+                Err(e)
+                    if interrupted_by_signal(&e)
+                        && repeatable
+                        && interruptions < MAX_INTERRUPTIONS =>
+                {
+                    interruptions += 1;
+                }
+                Err(e) if pooled && !stale_retried && e.is_connection_dropped() => {
+                    stale_retried = true;
                 }
                 Err(e) => return Err(Failure::Fatal(self.error(operation, e))),
             }
@@ -209,6 +224,24 @@ impl Server {
     }
 }
 
+fn interrupted_by_signal(e: &RedisError) -> bool {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        // redis-rs keeps its cause behind an Arc, which is what source() gives.
+        let io = cause.downcast_ref::<std::io::Error>().or_else(|| {
+            cause
+                .downcast_ref::<Shared>()
+                .and_then(|inner| inner.downcast_ref())
+        });
+        if let Some(io) = io {
+            return io.kind() == std::io::ErrorKind::Interrupted;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// Why a request did not produce a value.
 pub(crate) enum Failure {
     /// A Cluster node said the slot lives elsewhere (MOVED or ASK).
@@ -237,17 +270,20 @@ impl Route {
             .clone()
     }
 
-    /// Runs `request`, following up to three Cluster redirects.
+    /// Runs `request`, following up to three Cluster redirects. A
+    /// `repeatable` request may reach the server more than once (see
+    /// [`Server::run`]); every script but `release` is.
     pub(crate) fn run<T>(
         &self,
         operation: &str,
         read_timeout: Duration,
+        repeatable: bool,
         mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
         let mut server = self.server();
         let mut asking = false;
         for _ in 0..4 {
-            let outcome = server.run(operation, read_timeout, |conn| {
+            let outcome = server.run(operation, read_timeout, repeatable, |conn| {
                 if asking {
                     redis::cmd("ASKING").query::<()>(conn)?;
                 }
