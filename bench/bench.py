@@ -21,10 +21,10 @@ from itertools import pairwise
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROUNDS = 5
-CYCLES = 2000
+ROUNDS = 7
+CYCLES = 1000
 HANDOFF_PROCESSES = 4
-HANDOFF_SECONDS = 2.0
+HANDOFF_SECONDS = 1.5
 # Targets from the performance issue: ratio to the same language's floor.
 CYCLE_TARGET = 1.00
 HANDOFF_P50_TARGET_US = 150
@@ -108,9 +108,8 @@ class Handoff:
         self.holds = self.reacquired = self.violations = 0
 
     def measure(self, url: str, key: str) -> None:
-        start_ns = time.monotonic_ns() + int(
-            1.5e9
-        )  # after every process imported and connected
+        # Start together, once every process has imported and connected.
+        start_ns = time.monotonic_ns() + 1_000_000_000
         command = [sys.executable, str(HERE / "handoff.py"), self.implementation,
                    url, key, str(start_ns), str(HANDOFF_SECONDS)]  # fmt: skip
         processes = [
