@@ -12,9 +12,17 @@ TTL = 2.0
 REFRESH_EVERY = TTL / 9
 
 
-@pytest.mark.parametrize(("holder_lang", "taker_lang"), [("py", "rb"), ("rb", "py")])
+@pytest.mark.parametrize(
+    ("holder_lang", "taker_lang", "taker_mode"),
+    [
+        ("py", "rb", "wait"),
+        ("rb", "py", "wait"),
+        ("py", "rb", "probe"),
+        ("rb", "py", "probe"),
+    ],
+)
 def test_sigkilled_holder_is_free_after_ttl_and_not_before(
-    workers, holder_lang, taker_lang
+    workers, holder_lang, taker_lang, taker_mode
 ):
     holder = workers.start(holder_lang, "crash", "hold", ttl=TTL, hold=60)
     acquired = holder.wait_for("acquired")
@@ -22,17 +30,25 @@ def test_sigkilled_holder_is_free_after_ttl_and_not_before(
     holder.signal(signal.SIGKILL)
     killed = time.monotonic_ns()
 
-    taker = workers.start(taker_lang, "crash", "wait", ttl=TTL, hold=0, timeout=10)
-    (hold,) = [r for r in taker.finish() if r["event"] == "hold"]
+    # A blocking waiter, or a process calling try_acquire every 20 ms.
+    if taker_mode == "wait":
+        taker = workers.start(taker_lang, "crash", "wait", ttl=TTL, hold=0, timeout=10)
+        (taken,) = [r for r in taker.finish() if r["event"] == "hold"]
+    else:
+        taker = workers.start(
+            taker_lang, "crash", "probe", ttl=TTL, hold=TTL + 1, interval=0.02
+        )
+        taken = next(r for r in taker.finish() if r["event"] == "acquired")
+        assert taken["attempts"] > 1, "the first try_acquire after the kill succeeded"
 
-    free_after = (hold["acquired"] - killed) / 1e9
+    free_after = (taken["acquired"] - killed) / 1e9
     assert free_after >= TTL - REFRESH_EVERY - 0.1, (
         "taken while the killed holder's lease was live"
     )
     assert free_after <= TTL + 0.5, (
         "the lock stayed taken long after the crashed holder's TTL"
     )
-    assert hold["fence"] > acquired["fence"]
+    assert taken["fence"] > acquired["fence"]
 
 
 @pytest.mark.parametrize(("holder_lang", "taker_lang"), [("py", "rb"), ("rb", "py")])
