@@ -106,14 +106,14 @@ impl Lock {
         rb_self.core.blocking(ruby, |lock, _| lock.release())
     }
 
-    fn healthy(&self) -> bool {
-        self.core.nonblocking(|lock| lock.healthy())
+    fn healthy(ruby: &Ruby, rb_self: &Self) -> bool {
+        rb_self.core.nonblocking(ruby, |lock| lock.healthy())
     }
 
     fn check_health(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
         rb_self
             .core
-            .nonblocking(|lock| lock.check_health())
+            .nonblocking(ruby, |lock| lock.check_health())
             .or_raise(ruby)
     }
 
@@ -125,21 +125,22 @@ impl Lock {
         rb_self.core.blocking(ruby, |lock, _| lock.locked())
     }
 
-    fn fencing_token(&self) -> Option<u64> {
-        self.core.nonblocking(|lock| lock.fencing_token())
+    fn fencing_token(ruby: &Ruby, rb_self: &Self) -> Option<u64> {
+        rb_self.core.nonblocking(ruby, |lock| lock.fencing_token())
     }
 
     fn name(&self) -> String {
         self.name.clone()
     }
 
-    fn identity(&self) -> String {
-        self.core.nonblocking(|lock| lock.identity())
+    fn identity(ruby: &Ruby, rb_self: &Self) -> String {
+        rb_self.core.nonblocking(ruby, |lock| lock.identity())
     }
 
-    fn default_timeout(&self) -> Option<f64> {
-        self.core
-            .nonblocking(|lock| lock.default_timeout())
+    fn default_timeout(ruby: &Ruby, rb_self: &Self) -> Option<f64> {
+        rb_self
+            .core
+            .nonblocking(ruby, |lock| lock.default_timeout())
             .map(|timeout| timeout.as_secs_f64())
     }
 }

@@ -4,14 +4,19 @@
 //! interrupt a wait. The core value sits inside [`NoGvl`], reachable only
 //! through `blocking` or `nonblocking`, so every call to it states which
 //! one it is, and a blocking call cannot keep the GVL by forgetting to ask.
+//!
+//! Both run the core call as the current Fiber: a lock is held per Fiber,
+//! like Ruby's own `Mutex`, not per OS thread. Ruby hands a dead Thread's
+//! native thread to the next new Thread, which would otherwise inherit its
+//! locks, and the fibers of one Thread share its native thread.
 
 use std::ffi::c_void;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use magnus::rb_sys::AsRawValue;
-use magnus::{Error, Ruby};
-use rb_sys::{rb_thread_call_without_gvl, Qnil, VALUE};
+use magnus::rb_sys::{AsRawValue, FromRawValue};
+use magnus::{Error, Integer, Ruby, Value};
+use rb_sys::{rb_fiber_current, rb_obj_id, rb_thread_call_without_gvl, Qnil, VALUE};
 
 use crate::errors::OrRaise;
 
@@ -25,8 +30,8 @@ impl<T> NoGvl<T> {
 
     /// For methods that only read local state (flags, ids, tokens) and
     /// never wait on the network: they keep the GVL.
-    pub(crate) fn nonblocking<R>(&self, read: impl FnOnce(&T) -> R) -> R {
-        read(&self.0)
+    pub(crate) fn nonblocking<R>(&self, ruby: &Ruby, read: impl FnOnce(&T) -> R) -> R {
+        lockyard::as_holder(current_fiber(ruby), || read(&self.0))
     }
 
     /// Runs `call` without the GVL. `call` gets an interrupt check to poll
@@ -41,11 +46,15 @@ impl<T> NoGvl<T> {
         ruby: &Ruby,
         mut call: impl FnMut(&T, &dyn Fn() -> bool) -> lockyard::Result<R>,
     ) -> Result<R, Error> {
+        let holder = current_fiber(ruby);
         let on_main_thread = ruby.thread_current().as_raw() == ruby.thread_main().as_raw();
         loop {
+            // The holder is a thread-local of the OS thread, which is also
+            // the one that runs the call without the GVL; it is set inside,
+            // where no Ruby exception can jump past its reset.
             let attempt = without_gvl(|interrupted| {
                 let _quiet = QuietSignals::block(on_main_thread);
-                call(&self.0, interrupted)
+                lockyard::as_holder(holder, || call(&self.0, interrupted))
             });
             match attempt? {
                 Err(lockyard::Error::Interrupted(_)) => ruby.thread_check_ints()?,
@@ -53,6 +62,17 @@ impl<T> NoGvl<T> {
             }
         }
     }
+}
+
+/// The current Fiber's object id: unlike its address, never reused for
+/// another object, so a new Fiber cannot take over a dead one's locks.
+fn current_fiber(_ruby: &Ruby) -> u64 {
+    // SAFETY: called with the GVL held (a `&Ruby` proves it); neither
+    // function raises.
+    let id = unsafe { Value::from_raw(rb_obj_id(rb_fiber_current())) };
+    Integer::from_value(id)
+        .and_then(|id| id.to_u64().ok())
+        .expect("Ruby object ids are non-negative Integers")
 }
 
 struct Call<'a, F, R> {
@@ -112,16 +132,16 @@ unsafe extern "C" fn unblock(data: *mut c_void) {
     interrupted.store(true, Ordering::Release);
 }
 
-/// Keeps signals from cutting a wait short while it lasts. A signal handled
-/// on a thread blocked in a socket read with a timeout makes the read fail
-/// with EINTR (SA_RESTART does not apply to such reads), which the core
-/// reports as a backend error. Ruby handles every signal on behalf of its
-/// main thread and interrupts a waiting main thread through the unblocking
-/// function, so: other threads block all asynchronous signals (the kernel
-/// delivers them to a thread that takes them); the main thread blocks only
-/// those that never mean "stop waiting" — SIGCHLD (Ruby catches it for its
-/// child processes), SIGVTALRM (Ruby's own timer) and SIGPIPE — and stays
-/// open to Ctrl-C and other trapped signals.
+/// Keeps signals from failing a call while it lasts. A signal handled on a
+/// thread blocked in a socket read fails the read with EINTR (Ruby installs
+/// its handlers without SA_RESTART). The core repeats a wait or an acquire
+/// that a signal cut short, but not a release (repeating it would report a
+/// slot it just freed as lost) nor the reply read while connecting, which it
+/// reports as a BackendError. So: other threads block all asynchronous
+/// signals (the kernel delivers them to a thread that takes them); the main
+/// thread blocks only those that never mean "stop waiting" — SIGCHLD (Ruby
+/// catches it for its child processes), SIGVTALRM (Ruby's own timer) and
+/// SIGPIPE — and stays open to Ctrl-C and other trapped signals.
 struct QuietSignals {
     previous: libc::sigset_t,
 }

@@ -3,9 +3,10 @@
 module Lockyard
   # Primitives on a Redis server or Redis Cluster.
   module Redis
-    # A distributed mutual-exclusion lock. Each thread is a separate holder:
-    # one Lock shared by threads excludes them from each other exactly as it
-    # excludes other processes and hosts. While held, the lock is refreshed
+    # A distributed mutual-exclusion lock. Each Fiber (so each Thread) is a
+    # separate holder, as with Ruby's Mutex: one Lock shared by threads or
+    # fibers excludes them from each other exactly as it excludes other
+    # processes and hosts. While held, the lock is refreshed
     # in the background; {#healthy?} and {#check_health!} tell whether it
     # may have been lost.
     #
