@@ -10,16 +10,20 @@ FENCE_ONLY = ["lockyard:{tidy}:fence"]
 def test_nothing_is_left_in_redis(workers, redis_server, tmp_path):
     counter = tmp_path / "counter"
     counter.write_text("0")
-    holder = workers.start("rb", "tidy", "hold", hold=1.5)
+    holder = workers.start("rb", "tidy", "hold", hold=-1)  # until stdin closes
     holder.wait_for("acquired")
-    # Waiters that give up, probes that fail, then a crowd of holders.
+    # While it holds: waiters that give up and probes that fail.
     gave_up = [
         workers.start(lang, "tidy", "wait", timeout=0.5) for lang in ("py", "rb")
     ]
     probes = [workers.start(lang, "tidy", "probe", hold=0.5) for lang in ("py", "rb")]
-    for worker in gave_up + probes + [holder]:
+    for worker in gave_up + probes:
         worker.finish()
+    holder.close_stdin()
+    holder.finish()
     assert all(worker.events("timeout") for worker in gave_up)
+    assert not any(worker.events("acquired") for worker in probes)
+    # Then a crowd of holders.
     crowd = [
         workers.start(lang, "tidy", "count", threads=2, iterations=5, counter=counter)
         for lang in ("py", "rb", "py", "rb")

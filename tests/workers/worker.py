@@ -11,10 +11,10 @@ Modes:
   hold   take the lock once, hold it for `hold` seconds (negative: until
          stdin closes), then report whether it is still healthy
          (check_health) and release it.
-  probe  try_acquire every `interval` seconds for `hold` seconds; report
-         each success (it is released at once).
-  wait   report "asking", then wait for the lock (blocking, up to `timeout`),
-         hold it for `hold` seconds, release.
+  probe  try_acquire every `interval` seconds for `hold` seconds, or until
+         `iterations` successes; report each (it is released at once).
+  wait   report "asking", wait for the lock (blocking, up to `timeout`),
+         report "acquired", hold it for `hold` seconds, release.
 """
 
 import argparse
@@ -103,10 +103,11 @@ def hold(lock: Lock, args: argparse.Namespace) -> None:
 
 def probe(lock: Lock, args: argparse.Namespace) -> None:
     stop_at = time.monotonic() + args.hold
-    attempts = 0
-    while time.monotonic() < stop_at:
+    attempts = successes = 0
+    while time.monotonic() < stop_at and successes < args.iterations:
         attempts += 1
         if lock.try_acquire():
+            successes += 1
             report(
                 "acquired",
                 acquired=now_ns(),
@@ -126,6 +127,7 @@ def wait(lock: Lock, args: argparse.Namespace) -> None:
         return
     acquired = now_ns()
     fence = lock.fencing_token
+    report("acquired", asked=asked, acquired=acquired, fence=fence)
     time.sleep(args.hold)
     releasing = now_ns()
     lock.release()

@@ -73,13 +73,15 @@ module Worker
     report("released", released: now_ns)
   end
 
-  # try_lock every `interval` seconds for `hold` seconds.
+  # try_lock every `interval` seconds for `hold` seconds, or until
+  # `iterations` successes.
   def probe(lock, options)
     stop_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + options[:hold]
-    attempts = 0
-    while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at
+    attempts = successes = 0
+    while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at && successes < options[:iterations]
       attempts += 1
       if lock.try_lock
+        successes += 1
         report("acquired", acquired: now_ns, fence: lock.fencing_token, attempts: attempts)
         lock.unlock
       end
@@ -99,6 +101,7 @@ module Worker
     end
     acquired = now_ns
     fence = lock.fencing_token
+    report("acquired", asked: asked, acquired: acquired, fence: fence)
     sleep(options[:hold])
     releasing = now_ns
     lock.unlock
