@@ -233,7 +233,8 @@ def main() -> None:
             ["redis-server", "--version"], check=True, capture_output=True, text=True
         ).stdout.split()[2]
         print(f"lockyard bench: redis-server {version[2:]} on {server.url}, "
-              f"{os.cpu_count()} CPUs, Python {platform.python_version()}")  # fmt: skip
+              f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
+              f"load average {os.getloadavg()[0]:.1f} at start")  # fmt: skip
         try:
             for round_number in range(1, ROUNDS + 1):
                 print(
@@ -246,6 +247,7 @@ def main() -> None:
         finally:
             server.stop()
 
+    print(f"  load average {os.getloadavg()[0]:.1f} at the end")
     print_table(cycles, handoffs)
     if handoffs[0].violations:
         sys.exit("lockyard: two holders at once")
