@@ -43,8 +43,59 @@ pub(crate) fn optional_string(what: &str, value: Value) -> Result<Option<String>
 pub(crate) fn count(what: &str, value: Value) -> Result<u32> {
     Integer::from_value(value)
         .and_then(|number| number.to_u32().ok())
-        .ok_or_else(|| wrong_type(what, "an Integer >= 0", value))
+        .ok_or_else(|| wrong_type(what, "an Integer from 0 to 4294967295", value))
 }
+
+/// The lease options of every Redis primitive, checked alike for `Lock`
+/// and `WaitGroup`. `refresh_interval` nil keeps the core's default.
+pub(crate) fn lease_options<B: LeaseBuilder>(
+    ruby: &Ruby,
+    builder: B,
+    ttl: Value,
+    refresh_interval: Value,
+    max_refresh_fails: Value,
+    connect_timeout: Value,
+) -> Result<B> {
+    let builder = builder
+        .ttl(seconds(ruby, "ttl", ttl)?)
+        .max_refresh_fails(count("max_refresh_fails", max_refresh_fails)?)
+        .connect_timeout(seconds(ruby, "connect_timeout", connect_timeout)?);
+    let every = optional_seconds(ruby, "refresh_interval", refresh_interval)?;
+    Ok(match every {
+        Some(every) => builder.refresh_interval(every),
+        None => builder,
+    })
+}
+
+/// The setters the core's Redis builders have in common.
+pub(crate) trait LeaseBuilder: Sized {
+    fn ttl(self, ttl: Duration) -> Self;
+    fn refresh_interval(self, every: Duration) -> Self;
+    fn max_refresh_fails(self, count: u32) -> Self;
+    fn connect_timeout(self, timeout: Duration) -> Self;
+}
+
+macro_rules! lease_builder {
+    ($builder:ty) => {
+        impl LeaseBuilder for $builder {
+            fn ttl(self, ttl: Duration) -> Self {
+                <$builder>::ttl(self, ttl)
+            }
+            fn refresh_interval(self, every: Duration) -> Self {
+                <$builder>::refresh_interval(self, every)
+            }
+            fn max_refresh_fails(self, count: u32) -> Self {
+                <$builder>::max_refresh_fails(self, count)
+            }
+            fn connect_timeout(self, timeout: Duration) -> Self {
+                <$builder>::connect_timeout(self, timeout)
+            }
+        }
+    };
+}
+
+lease_builder!(lockyard::redis::LockBuilder);
+lease_builder!(lockyard::redis::WaitGroupBuilder);
 
 fn wrong_type(what: &str, expected: &str, value: Value) -> Error {
     Error::Config(format!(

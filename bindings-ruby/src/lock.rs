@@ -54,16 +54,15 @@ impl Lock {
     ) -> Result<Obj<Lock>, Error> {
         let build = || {
             let name = convert::string("name", name)?;
-            let mut builder = lockyard::redis::Lock::builder(convert::string("url", url)?, &name)
-                .ttl(convert::seconds(ruby, "ttl", ttl)?)
-                .timeout(convert::optional_seconds(ruby, "timeout", timeout)?)
-                .max_refresh_fails(convert::count("max_refresh_fails", max_refresh_fails)?)
-                .connect_timeout(convert::seconds(ruby, "connect_timeout", connect_timeout)?);
-            if let Some(every) =
-                convert::optional_seconds(ruby, "refresh_interval", refresh_interval)?
-            {
-                builder = builder.refresh_interval(every);
-            }
+            let mut builder = convert::lease_options(
+                ruby,
+                lockyard::redis::Lock::builder(convert::string("url", url)?, &name)
+                    .timeout(convert::optional_seconds(ruby, "timeout", timeout)?),
+                ttl,
+                refresh_interval,
+                max_refresh_fails,
+                connect_timeout,
+            )?;
             if let Some(prefix) = convert::optional_string("identity_prefix", identity_prefix)? {
                 builder = builder.identity_prefix(prefix);
             }

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "minitest/autorun"
+require "rbconfig"
 require "securerandom"
 require "socket"
 require "tmpdir"
@@ -84,8 +85,50 @@ class RedisServer
 end
 
 module LockyardTest
+  # Names and URLs every Redis primitive rejects with a ConfigError.
+  BAD_PLACES = [
+    { name: "" },
+    { name: "a{b" },
+    { name: :symbol },
+    { name: nil },
+    { url: "http://127.0.0.1:6379" },
+    { url: "redis://host:notaport" },
+    { url: "nonsense" },
+    { url: 6379 }
+  ].freeze
+
+  # Lease options every Redis primitive rejects with a ConfigError.
+  BAD_LEASE_OPTIONS = [
+    { ttl: 0 },
+    { ttl: -1 },
+    { ttl: Float::NAN },
+    { ttl: Float::INFINITY },
+    { ttl: "30" },
+    { ttl: nil },
+    { ttl: true },
+    { refresh_interval: 10 },
+    { refresh_interval: 0 },
+    { refresh_interval: -1 },
+    { max_refresh_fails: 0 },
+    { max_refresh_fails: -1 },
+    { max_refresh_fails: 1.5 },
+    { connect_timeout: 0 },
+    { connect_timeout: -1 }
+  ].freeze
+
   def redis
     RedisServer.instance
+  end
+
+  # Each row of keywords makes `construct` raise a ConfigError with a
+  # message, and nothing is written to database `db`.
+  def assert_rejected_writing_nothing(rows, db:, &construct)
+    redis.call("FLUSHDB", db: db)
+    rows.each do |row|
+      error = assert_raises(Lockyard::ConfigError, row.inspect) { construct.call(**row) }
+      refute_empty error.message
+    end
+    assert_equal 0, redis.call("DBSIZE", db: db)
   end
 
   # A lock on the private server under a name no other test uses.
@@ -101,5 +144,20 @@ module LockyardTest
 
   def monotonic
     Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+
+  # Runs `script` in a child ruby that prints "waiting" and blocks, sends
+  # it Ctrl-C (SIGINT), and returns the line it prints next, which must
+  # come within a second.
+  def line_after_ctrl_c(script)
+    IO.popen([RbConfig.ruby, *ruby_include, "-e", script], "r") do |child|
+      assert_equal "waiting\n", child.gets
+      sleep 0.2
+      sent_at = monotonic
+      Process.kill(:INT, child.pid)
+      line = child.gets
+      assert_operator monotonic - sent_at, :<, 1
+      line
+    end
   end
 end
