@@ -11,6 +11,11 @@
 #   lock.synchronize do
 #     lock.check_health!   # before each step that must not run twice
 #   end
+#
+#   quota = Lockyard::Redis::WaitGroup.new(url: "redis://127.0.0.1:6379/0", name: "api-quota", limit: 10)
+#   quota.synchronize do |slot|   # at most 10 at a time, across every process
+#     slot.check_health!
+#   end
 module Lockyard
 end
 
@@ -18,3 +23,4 @@ end
 require_relative "lockyard/error"
 require "lockyard/lockyard_ruby"
 require_relative "lockyard/redis"
+require_relative "lockyard/redis/wait_group"

@@ -1,7 +1,8 @@
-//! The Ruby binding of lockyard: `Lockyard::Redis::Lock` and the error
-//! mapping. The pure-Ruby idioms (keyword arguments, `synchronize`) live in
-//! `lib/lockyard/`; this crate only converts arguments, releases the GVL
-//! around blocking calls and maps errors.
+//! The Ruby binding of lockyard: `Lockyard::Redis::Lock`,
+//! `Lockyard::Redis::WaitGroup` and the error mapping. The pure-Ruby idioms
+//! (keyword arguments, `synchronize`) live in `lib/lockyard/`; this crate
+//! only converts arguments, releases the GVL around blocking calls and maps
+//! errors.
 
 use magnus::{prelude::*, Error, Ruby};
 
@@ -9,11 +10,13 @@ mod convert;
 mod errors;
 mod lock;
 mod nogvl;
+mod wait_group;
 
 #[magnus::init(name = "lockyard_ruby")]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     let lockyard = ruby.define_module("Lockyard")?;
     lockyard.const_set("VERSION", env!("CARGO_PKG_VERSION"))?;
     let redis = lockyard.define_module("Redis")?;
-    lock::define(ruby, redis)
+    lock::define(ruby, redis)?;
+    wait_group::define(ruby, redis)
 }

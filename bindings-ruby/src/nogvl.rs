@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use magnus::rb_sys::{AsRawValue, FromRawValue};
 use magnus::{Error, Integer, Ruby, Value};
-use rb_sys::{rb_fiber_current, rb_obj_id, rb_thread_call_without_gvl, Qnil, VALUE};
+use rb_sys::{rb_fiber_current, rb_obj_id, rb_thread_call_without_gvl2};
 
 use crate::errors::OrRaise;
 
@@ -40,7 +40,9 @@ impl<T> NoGvl<T> {
     /// pending Ruby exception (Timeout::Error, Interrupt, ...) is raised.
     /// An interrupt that raises nothing (a signal trap ran, the exception
     /// is deferred by `Thread.handle_interrupt`) resumes the call, which is
-    /// why `call` may run more than once.
+    /// why `call` may run more than once. A call that succeeds returns its
+    /// value even if an interrupt came meanwhile: Ruby raises it at its next
+    /// check, once the caller has kept what it was given (a lock, a token).
     pub(crate) fn blocking<R>(
         &self,
         ruby: &Ruby,
@@ -49,16 +51,14 @@ impl<T> NoGvl<T> {
         let holder = current_fiber(ruby);
         let on_main_thread = ruby.thread_current().as_raw() == ruby.thread_main().as_raw();
         loop {
-            // The holder is a thread-local of the OS thread, which is also
-            // the one that runs the call without the GVL; it is set inside,
-            // where no Ruby exception can jump past its reset.
+            // The holder is a thread-local of the OS thread that runs the call.
             let attempt = without_gvl(|interrupted| {
                 let _quiet = QuietSignals::block(on_main_thread);
                 lockyard::as_holder(holder, || call(&self.0, interrupted))
             });
-            match attempt? {
-                Err(lockyard::Error::Interrupted(_)) => ruby.thread_check_ints()?,
-                outcome => return outcome.or_raise(ruby),
+            match attempt {
+                None | Some(Err(lockyard::Error::Interrupted(_))) => ruby.thread_check_ints()?,
+                Some(outcome) => return outcome.or_raise(ruby),
             }
         }
     }
@@ -81,10 +81,13 @@ struct Call<'a, F, R> {
     interrupted: &'a AtomicBool,
 }
 
-/// Runs `work` on this thread with the GVL released. A Ruby exception that
-/// became due meanwhile comes back as `Err`; a panic in `work` is caught
-/// without the GVL and resumed once it is held again.
-fn without_gvl<F, R>(work: F) -> Result<R, Error>
+/// Runs `work` on this thread with the GVL released; None if Ruby skipped
+/// it because an interrupt was already due. Ruby raises nothing here, not
+/// even for an interrupt that arrives as `work` finishes: its value comes
+/// back (a token just taken must reach the caller, who stores it before
+/// Ruby's next interrupt check raises). A panic in `work` is caught without
+/// the GVL and resumed once it is held again.
+fn without_gvl<F, R>(work: F) -> Option<R>
 where
     F: FnOnce(&dyn Fn() -> bool) -> R,
 {
@@ -96,18 +99,13 @@ where
     };
     let call_ptr = &mut call as *mut Call<'_, F, R> as *mut c_void;
     let flag_ptr = &interrupted as *const AtomicBool as *mut c_void;
-    // Ruby checks for interrupts before and after `run`, and raises by
-    // longjmp: `protect` catches that here, where no Rust value needs dropping.
-    let raised = magnus::rb_sys::protect(|| unsafe {
-        rb_thread_call_without_gvl(Some(run::<F, R>), call_ptr, Some(unblock), flag_ptr);
-        Qnil as VALUE
-    });
-    match (call.outcome, raised) {
-        (Some(Err(panic)), _) => panic::resume_unwind(panic),
-        (_, Err(exception)) => Err(exception),
-        (Some(Ok(value)), Ok(_)) => Ok(value),
-        (None, Ok(_)) => unreachable!("Ruby skips a call without the GVL only to raise"),
+    // SAFETY: `call` and `interrupted` outlive the call; `run` touches no
+    // Ruby object, `unblock` only the flag.
+    unsafe {
+        rb_thread_call_without_gvl2(Some(run::<F, R>), call_ptr, Some(unblock), flag_ptr);
     }
+    call.outcome
+        .map(|outcome| outcome.unwrap_or_else(|panic| panic::resume_unwind(panic)))
 }
 
 /// Runs without the GVL: must not touch any Ruby object.

@@ -4,13 +4,15 @@ module Lockyard
   # Base class of every error lockyard raises.
   class Error < StandardError; end
 
-  # A wait for a lock ran out (+lock+, +synchronize+ with a timeout).
+  # A wait for a lock or a wait group slot ran out (+lock+, +add+,
+  # +synchronize+ with a timeout).
   class TimeoutError < Error; end
 
-  # This thread already holds the lock: locks are not re-entrant.
+  # This Fiber already holds the lock: locks are not re-entrant.
   class AlreadyLockedError < Error; end
 
-  # Unlocking or checking a lock this thread does not hold.
+  # Unlocking or checking a lock this Fiber does not hold, or checking a
+  # wait group slot this process does not hold.
   class NotLockedError < Error; end
 
   # The lock may have been lost (its lease ran out while the process was

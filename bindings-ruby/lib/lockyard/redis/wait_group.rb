@@ -1,0 +1,142 @@
+# frozen_string_literal: true
+
+module Lockyard
+  module Redis
+    # At most +limit+ holders at a time across every process: a distributed
+    # counting semaphore with the shape of Go's sync.WaitGroup. {#add} takes
+    # one of +limit+ slots and returns its token, {#done} frees it, {#wait}
+    # returns once no slot is held. A holder that crashes gives its slot
+    # back after +ttl+; held slots are refreshed in the background meanwhile.
+    #
+    #   quota = Lockyard::Redis::WaitGroup.new(url: "redis://127.0.0.1:6379/0", name: "api-quota", limit: 10)
+    #   quota.synchronize(timeout: 30) do |slot|
+    #     slot.check_health!   # before each step that must stay within the limit
+    #     call_the_api(fencing_token: slot.fencing_token)
+    #   end
+    #
+    # Slots belong to the process, not the thread: a token can be given to
+    # {#done} from any thread, or any other process. A forked child neither
+    # holds nor frees its parent's slots by dropping its copy of the group.
+    #
+    # Durations are seconds (Integer or Float). Bad arguments raise
+    # {Lockyard::ConfigError} before any network access.
+    class WaitGroup
+      # @param url [String] redis://, rediss:// or unix:// URL
+      # @param name [String] the group's name; groups of the same name share their slots
+      # @param limit [Integer] how many slots may be held at once, at least 1
+      # @param ttl [Numeric] how long a slot outlives its holder's last refresh
+      # @param refresh_interval [Numeric, nil] refresh period, below ttl / max_refresh_fails
+      #   (default: a third of that)
+      # @param max_refresh_fails [Integer] consecutive failed refreshes that make a slot unhealthy
+      # @param connect_timeout [Numeric] how long connecting may take before the server counts as unreachable
+      # @raise [Lockyard::ConfigError]
+      def self.new(url:, name:, limit:, ttl: 30, refresh_interval: nil, max_refresh_fails: 3, connect_timeout: 5)
+        build(url, name, limit, ttl, refresh_interval, max_refresh_fails, connect_timeout)
+      end
+      private_class_method :build
+
+      # Takes a slot, waiting while all +limit+ are held. Prefer
+      # {#synchronize}, which frees the slot however its block ends.
+      # @param timeout [Numeric, nil] seconds to wait; nil waits forever, 0 tries once
+      # @return [String] the slot's token (a UUID), for {#done}
+      # @raise [Lockyard::TimeoutError] when the wait runs out
+      # @raise [Lockyard::BackendError] if the server cannot be reached
+      def add(timeout: nil)
+        take(timeout, nil)
+      end
+
+      # Waits until no slot is held, like Go's sync.WaitGroup#Wait.
+      # @param timeout [Numeric, nil] seconds to wait; nil waits forever
+      # @return [Boolean] false if the timeout ran out
+      def wait(timeout: nil)
+        wait_idle(timeout)
+      end
+
+      # Takes a slot, yields it, and frees it however the block is left
+      # (exception, break, return, throw).
+      # @param timeout [Numeric, nil] as for {#add}
+      # @yieldparam slot [Slot]
+      # @return the block's value
+      # @raise [Lockyard::TimeoutError] when the wait runs out
+      def synchronize(timeout: nil)
+        raise ArgumentError, "synchronize needs a block" unless block_given?
+
+        # Interrupts (Thread#raise, Timeout) are let in only while waiting
+        # and inside the block; the native take stores the token in the
+        # slot before any can land, so the ensure frees every slot taken.
+        Thread.handle_interrupt(Exception => :never) do
+          slot = Slot.new(self)
+          begin
+            Thread.handle_interrupt(Exception => :immediate) do
+              take(timeout, slot)
+              yield slot
+            end
+          ensure
+            done(slot.token) if slot.token
+          end
+        end
+      end
+
+      # @!method done(token)
+      #   Frees the slot of +token+, from whichever process took it.
+      #   @param token [String]
+      #   @return [Boolean] false if that slot had already expired or been freed,
+      #     or the token is not one of this group's
+      # @!method count
+      #   @return [Integer] live slots across every process, asked of the server
+      # @!method healthy?(token)
+      #   Whether this process holds the slot of +token+ and its lease is surely
+      #   live. Reads a flag; never touches the server, so it is cheap in a loop.
+      # @!method check_health!(token)
+      #   @return [nil]
+      #   @raise [Lockyard::NotLockedError] if this process does not hold that slot
+      #   @raise [Lockyard::LockUnhealthyError] if it may have been lost
+      # @!method fencing_token(token)
+      #   @return [Integer, nil] the slot's grant number, strictly increasing across
+      #     all grants of this name; nil unless this process holds the slot
+      # @!method name
+      #   @return [String]
+      # @!method limit
+      #   @return [Integer]
+
+      def inspect
+        "#<#{self.class} name=#{name.inspect} limit=#{limit}>"
+      end
+
+      # One slot taken by {WaitGroup#synchronize}, freed when its block ends.
+      class Slot
+        # @return [WaitGroup]
+        attr_reader :group
+        # @return [String] the slot's token, what {WaitGroup#done} takes
+        attr_reader :token
+
+        # @api private
+        def initialize(group)
+          @group = group
+          @token = nil
+        end
+
+        # @return [Integer, nil] see {WaitGroup#fencing_token}; nil once freed
+        def fencing_token
+          group.fencing_token(token)
+        end
+
+        # @return [Boolean] see {WaitGroup#healthy?}; false once freed
+        def healthy?
+          group.healthy?(token)
+        end
+
+        # @return [nil]
+        # @raise [Lockyard::LockUnhealthyError] if the slot may have been lost
+        # @raise [Lockyard::NotLockedError] once it is freed
+        def check_health!
+          group.check_health!(token)
+        end
+
+        def inspect
+          "#<#{self.class} of #{group.name.inspect} token=#{token.inspect}>"
+        end
+      end
+    end
+  end
+end
