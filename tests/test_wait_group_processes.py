@@ -1,9 +1,10 @@
-"""Many Python processes share one WaitGroup: never more than `limit` inside,
+"""Many processes share one WaitGroup: never more than `limit` inside,
 crashed and paused holders give their slots back after the TTL, a Redis
 restart makes holders unhealthy, and every process gets its turn.
 
-Workers (tests/workers/wait_group_worker.py) append JSON-line reports to a
-file each; the test reads them as they come.
+Workers (tests/workers/wait_group_worker.py, and its Ruby twin
+wait_group_worker.rb) append JSON-line reports to a file each; the test reads
+them as they come.
 """
 
 import json
@@ -15,15 +16,22 @@ from pathlib import Path
 
 import lockyard
 import pytest
-from commands import WORKERS, python
+from commands import WORKERS, python, ruby
 from lockyard.redis import WaitGroup
 
-WORKER = WORKERS / "wait_group_worker.py"
+
+def wait_group_worker_command(lang: str) -> list[str]:
+    if lang == "py":
+        return [*python(), str(WORKERS / "wait_group_worker.py")]
+    return [*ruby(), str(WORKERS / "wait_group_worker.rb")]
 
 
 class WaitGroupWorker:
-    def __init__(self, url: str, name: str, mode: str, directory: Path, **options):
-        label = f"wait-group-{mode}-{len(list(directory.glob('*.jsonl')))}"
+    def __init__(
+        self, url: str, name: str, mode: str, directory: Path, lang: str, **options
+    ):
+        self.lang = lang
+        label = f"wait-group-{mode}-{len(list(directory.glob('*.jsonl')))}-{lang}"
         self.reports_path = directory / f"{label}.jsonl"
         self.reports_path.touch()
         self.stderr_path = directory / f"{label}.stderr"
@@ -31,7 +39,7 @@ class WaitGroupWorker:
         for option, value in options.items():
             args += [f"--{option}", str(value)]
         self.process = subprocess.Popen(
-            [*python(), str(WORKER), *args],
+            [*wait_group_worker_command(lang), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=self.stderr_path.open("w"),
@@ -65,16 +73,19 @@ class WaitGroupWorker:
 
     def __str__(self) -> str:
         stderr = self.stderr_path.read_text().strip()
-        return f"worker {self.process.pid}" + (f"; stderr:\n{stderr}" if stderr else "")
+        detail = f"; stderr:\n{stderr}" if stderr else ""
+        return f"{self.lang} worker {self.process.pid}{detail}"
 
 
 @pytest.fixture
 def start(redis_server, tmp_path):
-    """start(name, mode, **options) runs a wait_group_worker.py process."""
+    """start(name, mode, lang="py", **options) runs a wait group worker."""
     started: list[WaitGroupWorker] = []
 
-    def run(name: str, mode: str, **options) -> WaitGroupWorker:
-        worker = WaitGroupWorker(redis_server.url, name, mode, tmp_path, **options)
+    def run(name: str, mode: str, lang: str = "py", **options) -> WaitGroupWorker:
+        worker = WaitGroupWorker(
+            redis_server.url, name, mode, tmp_path, lang, **options
+        )
         started.append(worker)
         return worker
 
@@ -103,12 +114,12 @@ def within(seconds: float, condition) -> bool:
     return True
 
 
-def start_crowd(start, tmp_path: Path, name: str, processes: int, **options):
+def start_crowd(start, tmp_path: Path, name: str, langs: list[str], **options):
     counter = tmp_path / f"{name}.inside"
     counter.write_text("0")
     crowd = [
-        start(name, "crowd", limit=LIMIT, counter=counter, **options)
-        for _ in range(processes)
+        start(name, "crowd", lang, limit=LIMIT, counter=counter, **options)
+        for lang in langs
     ]
     for worker in crowd:
         worker.wait_for("ready")
@@ -123,8 +134,9 @@ LIMIT = 3
 
 
 def test_processes_never_exceed_the_limit_and_reach_it(start, redis_server, tmp_path):
+    # Python and Ruby processes in one crowd, counted in by the same file.
     crowd = start_crowd(
-        start, tmp_path, "quota", processes=8, iterations=20, hold=0.005, ttl=10
+        start, tmp_path, "quota", ["py", "rb"] * 4, iterations=20, hold=0.005, ttl=10
     )
     holds = [hold for worker in crowd for hold in worker.reports("hold")]
     assert len(holds) == 8 * 20
@@ -138,7 +150,7 @@ def test_processes_never_exceed_the_limit_and_reach_it(start, redis_server, tmp_
 
 def test_every_process_gets_at_least_half_its_fair_share(start, redis_server, tmp_path):
     crowd = start_crowd(
-        start, tmp_path, "fair", processes=8, duration=2.0, hold=0.01, ttl=10
+        start, tmp_path, "fair", ["py"] * 8, duration=2.0, hold=0.01, ttl=10
     )
     holds = {worker.process.pid: len(worker.reports("hold")) for worker in crowd}
     fair_share = sum(holds.values()) / len(holds)
