@@ -23,6 +23,7 @@
 pub mod error;
 mod health;
 mod identity;
+pub mod quorum;
 pub mod redis;
 mod runtime;
 
