@@ -9,6 +9,7 @@ mod convert;
 mod error;
 mod lock;
 mod logging;
+mod quorum;
 mod unlocked;
 
 #[pymodule]
@@ -18,5 +19,9 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // Under backend-qualified names: `lockyard.redis.Lock` re-exports this
     // one, and other backends' classes are called `Lock` as well.
     module.add("RedisLock", module.py().get_type::<lock::RedisLock>())?;
+    module.add(
+        "QuorumRwLock",
+        module.py().get_type::<quorum::QuorumRwLock>(),
+    )?;
     Ok(())
 }
