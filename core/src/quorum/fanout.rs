@@ -48,6 +48,14 @@ impl Tally {
     pub(crate) fn answered(&self) -> usize {
         self.yes + self.no
     }
+
+    /// Whether a caller waiting for `quorum` yes answers can stop: quorum
+    /// reached, nothing pending, or denials alone ruled it out.
+    fn decides(&self, quorum: usize) -> bool {
+        self.yes >= quorum
+            || self.pending == 0
+            || (self.failed == 0 && self.yes + self.pending < quorum)
+    }
 }
 
 pub(crate) struct Round {
@@ -60,6 +68,9 @@ pub(crate) struct Round {
 struct State {
     answers: Vec<Answer>,
     closed: bool,
+    /// The yes count the caller waits for: answers that cannot change its
+    /// decision do not wake it (on a small machine every wake-up counts).
+    quorum: usize,
 }
 
 impl Round {
@@ -83,32 +94,46 @@ impl Round {
             state: Mutex::new(State {
                 answers,
                 closed: false,
+                quorum: usize::MAX,
             }),
             changed: Condvar::new(),
             undo,
         });
-        for index in targets {
-            let node = nodes[index].clone();
-            let reply = call(node.clone());
-            let round = round.clone();
-            runtime::spawn(async move {
-                let answer = match tokio::time::timeout(request_timeout, reply).await {
-                    Ok(Ok(Some(value))) => Answer::Yes(value),
-                    Ok(Ok(None)) => Answer::No,
-                    Ok(Err(e)) => Answer::Failed(e),
-                    Err(_) => Answer::Failed(Error::backend(
-                        node.name(),
-                        "request",
-                        format!("no answer within {request_timeout:?}"),
-                    )),
-                };
-                if let Some(request) = round.record(index, answer) {
-                    // Best effort: a grant we could not give back expires by TTL.
-                    let _ = tokio::time::timeout(request_timeout, release(node, request)).await;
-                }
-            });
-        }
+        let requests: Vec<_> = targets
+            .into_iter()
+            .map(|index| (index, nodes[index].clone(), call(nodes[index].clone())))
+            .collect();
+        let spawner = round.clone();
+        // One hop to the runtime thread, which then spawns locally.
+        runtime::spawn(async move {
+            for (index, node, reply) in requests {
+                tokio::spawn(spawner.clone().ask(index, node, reply, request_timeout));
+            }
+        });
         round
+    }
+
+    async fn ask(
+        self: Arc<Self>,
+        index: usize,
+        node: Arc<dyn NetLocker>,
+        reply: Reply<Option<u64>>,
+        request_timeout: Duration,
+    ) {
+        let answer = match tokio::time::timeout(request_timeout, reply).await {
+            Ok(Ok(Some(value))) => Answer::Yes(value),
+            Ok(Ok(None)) => Answer::No,
+            Ok(Err(e)) => Answer::Failed(e),
+            Err(_) => Answer::Failed(Error::backend(
+                node.name(),
+                "request",
+                format!("no answer within {request_timeout:?}"),
+            )),
+        };
+        if let Some(request) = self.record(index, answer) {
+            // Best effort: a grant we could not give back expires by TTL.
+            let _ = tokio::time::timeout(request_timeout, release(node, request)).await;
+        }
     }
 
     /// Stores an answer; returns the request to undo when it is this task's
@@ -120,8 +145,11 @@ impl Round {
             _ => None,
         };
         state.answers[index] = answer;
+        let decided = tally(&state.answers).decides(state.quorum);
         drop(state);
-        self.changed.notify_all();
+        if decided {
+            self.changed.notify_all();
+        }
         undo
     }
 
@@ -129,20 +157,23 @@ impl Round {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Blocks until `done` holds for the tally, nothing is pending, or
-    /// `deadline` passes. `interrupted` is polled at least every 50 ms,
-    /// never while the round's mutex is held.
+    /// Blocks until `quorum` nodes said yes, that became impossible, or
+    /// `deadline` passed. While failures are among the answers it waits for
+    /// all of them, so an error can say how many nodes answered.
+    /// `interrupted` is polled at least every 50 ms, never while the
+    /// round's mutex is held.
     pub(crate) fn wait(
         &self,
         deadline: Instant,
         interrupted: &dyn Fn() -> bool,
-        done: impl Fn(&Tally) -> bool,
+        quorum: usize,
     ) -> std::result::Result<Tally, Interrupted> {
         let mut next_poll = Instant::now() + POLL;
         let mut state = self.lock();
+        state.quorum = quorum;
         loop {
             let now = tally(&state.answers);
-            if done(&now) || now.pending == 0 || Instant::now() >= deadline {
+            if now.decides(quorum) || Instant::now() >= deadline {
                 return Ok(now);
             }
             if Instant::now() >= next_poll {

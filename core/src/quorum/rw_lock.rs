@@ -165,11 +165,7 @@ impl Quorum {
             Some(request.clone()),
             |node| acquire(node, request.clone()),
         );
-        // Denials that rule quorum out end the attempt at once; failures
-        // wait for the rest, so the error can say how many nodes answered.
-        let outcome = round.wait(deadline, interrupted, |t| {
-            t.yes >= quorum || (t.failed == 0 && t.yes + t.pending < quorum)
-        });
+        let outcome = round.wait(deadline, interrupted, quorum);
         let Ok(tally) = outcome else {
             self.release_granted(&request, &round.close());
             return Err(Error::Interrupted(self.describe(mode)));
@@ -247,7 +243,7 @@ impl Quorum {
             as_answer(call(node))
         });
         let deadline = Instant::now() + self.attempt_timeout;
-        match round.wait(deadline, &|| false, |t| t.yes >= quorum) {
+        match round.wait(deadline, &|| false, quorum) {
             Ok(tally) => tally.yes,
             Err(_) => unreachable!("never interrupted"),
         }
