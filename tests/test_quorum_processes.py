@@ -24,7 +24,12 @@ def count_with_writers(nodes, tmp_path, name, processes=4, iterations=15):
     counter.write_text("0")
     workers = [
         QuorumWorker(
-            nodes.urls, name, "count", iterations=iterations, hold=0.001, counter=counter
+            nodes.urls,
+            name,
+            "count",
+            iterations=iterations,
+            hold=0.001,
+            counter=counter,
         )
         for _ in range(processes)
     ]
@@ -54,9 +59,9 @@ def test_readers_overlap_and_never_overlap_a_writer(nodes):
     def overlap(a, b):
         return a["start"] < b["end"] and b["start"] < a["end"]
 
-    assert any(
-        overlap(a, b) for i, a in enumerate(reads) for b in reads[i + 1 :]
-    ), "readers never held the lock at the same time"
+    assert any(overlap(a, b) for i, a in enumerate(reads) for b in reads[i + 1 :]), (
+        "readers never held the lock at the same time"
+    )
     for write in writes:
         clashes = [s for s in everything if s is not write and overlap(s, write)]
         assert not clashes, f"{write} overlapped {clashes}"

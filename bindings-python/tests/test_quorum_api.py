@@ -52,7 +52,9 @@ def test_rw_lock_lives_in_lockyard_quorum() -> None:
     )
 
 
-def test_with_write_excludes_everyone_and_releases_after(urls: list[str], name: str) -> None:
+def test_with_write_excludes_everyone_and_releases_after(
+    urls: list[str], name: str
+) -> None:
     lock = RwLock(urls, name, ttl=5.0)
     assert lock.nodes == urls
     with lock.write() as entered:
@@ -146,7 +148,9 @@ def test_a_majority_down_is_a_backend_error_naming_how_many_answered(
     assert time.monotonic() - started < 2.0
 
 
-def test_ctrl_c_interrupts_a_wait_and_leaves_nothing_held(urls: list[str], name: str) -> None:
+def test_ctrl_c_interrupts_a_wait_and_leaves_nothing_held(
+    urls: list[str], name: str
+) -> None:
     holder = RwLock(urls, name, ttl=5.0)
     waiter = RwLock(urls, name, ttl=5.0)
     assert in_thread(lambda: holder.acquire_write(0)) is True
