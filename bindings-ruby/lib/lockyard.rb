@@ -18,3 +18,4 @@ end
 require_relative "lockyard/error"
 require "lockyard/lockyard_ruby"
 require_relative "lockyard/redis"
+require_relative "lockyard/quorum"

@@ -1,4 +1,5 @@
-//! The Ruby binding of lockyard: `Lockyard::Redis::Lock` and the error
+//! The Ruby binding of lockyard: `Lockyard::Redis::Lock`,
+//! `Lockyard::Quorum::RwLock` and the error
 //! mapping. The pure-Ruby idioms (keyword arguments, `synchronize`) live in
 //! `lib/lockyard/`; this crate only converts arguments, releases the GVL
 //! around blocking calls and maps errors.
@@ -9,11 +10,13 @@ mod convert;
 mod errors;
 mod lock;
 mod nogvl;
+mod quorum;
 
 #[magnus::init(name = "lockyard_ruby")]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     let lockyard = ruby.define_module("Lockyard")?;
     lockyard.const_set("VERSION", env!("CARGO_PKG_VERSION"))?;
     let redis = lockyard.define_module("Redis")?;
-    lock::define(ruby, redis)
+    lock::define(ruby, redis)?;
+    quorum::define(ruby, lockyard.define_module("Quorum")?)
 }
