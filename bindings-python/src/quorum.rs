@@ -8,6 +8,7 @@ use pyo3::types::PyAny;
 
 use crate::convert::{count, optional_seconds, seconds, text};
 use crate::error;
+use crate::logging;
 use crate::unlocked::Unlocked;
 
 /// A read/write lock over N independent Redis servers: many readers or one
@@ -115,9 +116,7 @@ impl QuorumRwLock {
         let name = &self.name;
         self.lock.call(py, |lock| {
             if !lock.release()? {
-                log::warn!(
-                    "rw lock {name:?} had been lost before it was released: another holder may have run meanwhile"
-                );
+                logging::lost_before_release(&format!("rw lock {name:?}"));
             }
             Ok(())
         })

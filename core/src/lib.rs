@@ -18,6 +18,9 @@
 //! # Ok::<(), lockyard::Error>(())
 //! ```
 //!
+//! [`quorum::RwLock`] is a read/write lock over N independent Redis
+//! servers that keeps working while fewer than half of them are down.
+//!
 //! The API is blocking; a small internal runtime refreshes held locks.
 
 pub mod error;
