@@ -9,6 +9,7 @@ mod convert;
 mod error;
 mod lock;
 mod logging;
+mod quorum;
 mod unlocked;
 mod wait_group;
 
@@ -24,5 +25,9 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.py().get_type::<wait_group::RedisWaitGroup>(),
     )?;
     module.add("RedisSlot", module.py().get_type::<wait_group::Slot>())?;
+    module.add(
+        "QuorumRwLock",
+        module.py().get_type::<quorum::QuorumRwLock>(),
+    )?;
     Ok(())
 }

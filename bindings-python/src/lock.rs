@@ -8,6 +8,7 @@ use pyo3::types::PyAny;
 
 use crate::convert::{lease_options, optional_seconds, text};
 use crate::error;
+use crate::logging;
 use crate::unlocked::Unlocked;
 
 /// A distributed lock on a Redis server (or Redis Cluster).
@@ -134,9 +135,7 @@ impl RedisLock {
         let name = &self.name;
         self.lock.call(py, |lock| {
             if !lock.release()? {
-                log::warn!(
-                    "lock {name:?} had been lost before it was released: another holder may have run meanwhile"
-                );
+                logging::lost_before_release(&format!("lock {name:?}"));
             }
             Ok(())
         })

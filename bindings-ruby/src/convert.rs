@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lockyard::{Error, Result};
-use magnus::{prelude::*, Integer, RString, Ruby, TryConvert, Value};
+use magnus::{prelude::*, Integer, RArray, RString, Ruby, TryConvert, Value};
 
 /// Seconds given as an Integer or a Float.
 pub(crate) fn seconds(ruby: &Ruby, what: &str, value: Value) -> Result<Duration> {
@@ -31,6 +31,13 @@ pub(crate) fn string(what: &str, value: Value) -> Result<String> {
         .ok_or_else(|| wrong_type(what, "a String", value))?
         .to_string()
         .map_err(|e| Error::Config(format!("{what}: {e}")))
+}
+
+/// An Array of Strings.
+pub(crate) fn strings(what: &str, value: Value) -> Result<Vec<String>> {
+    let array =
+        RArray::from_value(value).ok_or_else(|| wrong_type(what, "an Array of Strings", value))?;
+    array.into_iter().map(|item| string(what, item)).collect()
 }
 
 pub(crate) fn optional_string(what: &str, value: Value) -> Result<Option<String>> {

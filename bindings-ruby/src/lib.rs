@@ -1,5 +1,6 @@
 //! The Ruby binding of lockyard: `Lockyard::Redis::Lock`,
-//! `Lockyard::Redis::WaitGroup` and the error mapping. The pure-Ruby idioms
+//! `Lockyard::Redis::WaitGroup`,
+//! `Lockyard::Quorum::RwLock` and the error mapping. The pure-Ruby idioms
 //! (keyword arguments, `synchronize`) live in `lib/lockyard/`; this crate
 //! only converts arguments, releases the GVL around blocking calls and maps
 //! errors.
@@ -10,6 +11,7 @@ mod convert;
 mod errors;
 mod lock;
 mod nogvl;
+mod quorum;
 mod wait_group;
 
 #[magnus::init(name = "lockyard_ruby")]
@@ -18,5 +20,6 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     lockyard.const_set("VERSION", env!("CARGO_PKG_VERSION"))?;
     let redis = lockyard.define_module("Redis")?;
     lock::define(ruby, redis)?;
-    wait_group::define(ruby, redis)
+    wait_group::define(ruby, redis)?;
+    quorum::define(ruby, lockyard.define_module("Quorum")?)
 }

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::error::{Error, Result};
+
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 fn to_nanos(at: Instant) -> u64 {
@@ -51,6 +53,17 @@ impl Health {
                 Duration::from_nanos((-left) as u64)
             )
         })
+    }
+
+    /// Ok while healthy, else why not as [`Error::LockUnhealthy`] of `what`.
+    pub(crate) fn check(&self, what: &str) -> Result<()> {
+        match self.problem() {
+            None => Ok(()),
+            Some(reason) => Err(Error::LockUnhealthy {
+                what: what.to_owned(),
+                reason,
+            }),
+        }
     }
 
     pub(crate) fn extend(&self, valid_until: Instant) {

@@ -18,11 +18,16 @@
 //! # Ok::<(), lockyard::Error>(())
 //! ```
 //!
+//! [`quorum::RwLock`] is a read/write lock over N independent Redis
+//! servers that keeps working while fewer than half of them are down.
+//!
 //! The API is blocking; a small internal runtime refreshes held locks.
 
 pub mod error;
 mod health;
+mod holds;
 mod identity;
+pub mod quorum;
 pub mod redis;
 mod runtime;
 

@@ -50,3 +50,8 @@ where
 {
     handle().spawn(future)
 }
+
+/// Tasks spawned and not yet finished, on this process's runtime.
+pub(crate) fn alive_tasks() -> usize {
+    handle().metrics().num_alive_tasks()
+}

@@ -1,10 +1,11 @@
 """The native module; use it through ``lockyard`` and ``lockyard.redis``."""
 
+from collections.abc import Sequence
 from types import TracebackType
 
 from typing_extensions import Self, final
 
-__all__ = ["RedisLock", "RedisSlot", "RedisWaitGroup", "__version__"]
+__all__ = ["QuorumRwLock", "RedisLock", "RedisSlot", "RedisWaitGroup", "__version__"]
 
 __version__: str
 
@@ -102,3 +103,48 @@ class RedisSlot:
     @property
     def healthy(self) -> bool: ...
     def check_health(self) -> None: ...
+
+@final
+class QuorumRwLock:
+    """A read/write lock over N independent Redis servers, exported as
+    ``lockyard.quorum.RwLock``. Each thread is a separate holder.
+    """
+
+    def __new__(
+        cls,
+        urls: Sequence[str],
+        name: str,
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        *,
+        refresh_interval: float | None = None,
+        max_refresh_fails: int = 3,
+        connect_timeout: float = 5.0,
+    ) -> Self: ...
+    def write(self) -> _Held: ...
+    def read(self) -> _Held: ...
+    def acquire_write(self, timeout: float | None = None) -> bool: ...
+    def acquire_read(self, timeout: float | None = None) -> bool: ...
+    def release(self) -> None: ...
+    @property
+    def healthy(self) -> bool: ...
+    def check_health(self) -> None: ...
+    @property
+    def fencing_token(self) -> int | None: ...
+    @property
+    def nodes(self) -> list[str]: ...
+    @property
+    def name(self) -> str: ...
+
+@final
+class _Held:
+    """What ``QuorumRwLock.write()`` and ``read()`` return: a context
+    manager holding the lock for its block."""
+
+    def __enter__(self) -> QuorumRwLock: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...

@@ -18,14 +18,7 @@ pub(crate) struct Keys {
 
 impl Keys {
     pub(crate) fn new(name: &str) -> Result<Keys> {
-        if name.is_empty() {
-            return Err(Error::config("the name must not be empty"));
-        }
-        if name.contains(['{', '}']) {
-            return Err(Error::config(format!(
-                "the name {name:?} must not contain '{{' or '}}': lockyard wraps it in braces as the Redis Cluster hash tag"
-            )));
-        }
+        check_name(name)?;
         let base = format!("lockyard:{{{name}}}");
         Ok(Keys {
             holders: format!("{base}:holders"),
@@ -48,6 +41,19 @@ impl Keys {
             &self.watchers,
         ]
     }
+}
+
+/// A name must be non-empty and usable as a Redis Cluster hash tag.
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::config("the name must not be empty"));
+    }
+    if name.contains(['{', '}']) {
+        return Err(Error::config(format!(
+            "the name {name:?} must not contain '{{' or '}}': lockyard wraps it in braces as the Redis Cluster hash tag"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

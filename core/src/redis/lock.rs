@@ -3,12 +3,12 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use super::holds::Holds;
 use super::keys::Keys;
-use super::semaphore::Semaphore;
+use super::semaphore::{Hold, Semaphore};
 use super::server::{server, Route};
 use super::settings::Lease;
 use crate::error::{Error, Result};
+use crate::holds::Holds;
 use crate::identity::{holder_identity, holder_number, random_hex};
 
 /// A distributed mutual-exclusion lock on one Redis server (or Cluster).
@@ -37,7 +37,7 @@ pub struct Lock {
     prefix: String,
     default_timeout: Option<Duration>,
     /// This process's holds, by thread.
-    holds: Holds<u64>,
+    holds: Holds<u64, Hold>,
 }
 
 /// Options for a [`Lock`]; start with [`Lock::builder`].

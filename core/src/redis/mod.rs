@@ -1,6 +1,5 @@
 //! Primitives on a Redis server or Redis Cluster.
 
-mod holds;
 mod keys;
 mod lock;
 mod scripts;
@@ -9,6 +8,9 @@ mod server;
 mod settings;
 mod wait_group;
 
+pub(crate) use keys::check_name;
 pub use lock::{Lock, LockBuilder, LockGuard};
+pub(crate) use server::{server, Server};
 pub use settings::seconds;
+pub(crate) use settings::Lease;
 pub use wait_group::{Slot, WaitGroup, WaitGroupBuilder};

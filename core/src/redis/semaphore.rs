@@ -57,13 +57,7 @@ impl Drop for Hold {
 
 impl Hold {
     pub(crate) fn check_health(&self, what: &str) -> Result<()> {
-        match self.health.problem() {
-            None => Ok(()),
-            Some(reason) => Err(Error::LockUnhealthy {
-                what: what.to_owned(),
-                reason,
-            }),
-        }
+        self.health.check(what)
     }
 }
 

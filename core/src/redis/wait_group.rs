@@ -5,12 +5,12 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use super::holds::Holds;
 use super::keys::Keys;
-use super::semaphore::Semaphore;
+use super::semaphore::{Hold, Semaphore};
 use super::server::{server, Route};
 use super::settings::Lease;
 use crate::error::{Error, Result};
+use crate::holds::Holds;
 use crate::identity::uuid4;
 
 /// At most `limit` holders at a time across every process, however many
@@ -35,7 +35,7 @@ use crate::identity::uuid4;
 pub struct WaitGroup {
     semaphore: Semaphore,
     /// Slots this process holds, by token.
-    slots: Holds<String>,
+    slots: Holds<String, Hold>,
 }
 
 /// Options for a [`WaitGroup`]; start with [`WaitGroup::builder`].

@@ -51,6 +51,24 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// Sends `signal` (e.g. "STOP", "CONT") to the server process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Client connections the server has open, not counting the one asking.
+    pub fn clients(&self) -> usize {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut self.raw().unwrap())
+            .unwrap();
+        list.lines().count() - 1
+    }
+
     /// A plain connection for looking at what the library left in Redis.
     pub fn raw(&self) -> redis::RedisResult<redis::Connection> {
         redis::Client::open(self.url())?.get_connection()
@@ -252,5 +270,49 @@ impl RedisCluster {
             }
         }
         panic!("no node serves slot {slot}");
+    }
+}
+
+/// A TCP proxy in front of `upstream_port` that holds every chunk for
+/// `delay` before passing it on: a node on a slow network link.
+pub struct DelayProxy {
+    pub port: u16,
+}
+
+impl DelayProxy {
+    pub fn start(upstream_port: u16, delay: Duration) -> DelayProxy {
+        use std::io::{Read, Write};
+        use std::net::TcpStream;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let pump = move |mut from: TcpStream, mut to: TcpStream| {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                while let Ok(read) = from.read(&mut buf) {
+                    if read == 0 {
+                        break;
+                    }
+                    std::thread::sleep(delay);
+                    if to.write_all(&buf[..read]).is_err() {
+                        break;
+                    }
+                }
+                let _ = to.shutdown(std::net::Shutdown::Both);
+            });
+        };
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)) else {
+                    continue;
+                };
+                pump(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pump(server, client);
+            }
+        });
+        DelayProxy { port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
     }
 }

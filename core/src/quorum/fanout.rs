@@ -1,0 +1,287 @@
+//! Parallel requests to every node, collected by a caller that may stop
+//! listening at any time, without leaks (source 003).
+//!
+//! Exactly one side decides when a round ends: the caller, by closing it.
+//! Each request runs as its own task on the internal runtime, bounded by a
+//! request timeout, and on finishing records its answer in the round under
+//! the round's mutex; recording never blocks on the caller, so a task never
+//! waits for a consumer that has left. Closing happens under the same
+//! mutex, so every grant is undone by exactly one side: a grant recorded
+//! before the close is the caller's to release, a grant (or an answer
+//! that may hide one) recorded after it is released by its own task.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::node::{release, NetLocker, Reply, Request};
+use crate::error::{Error, Result};
+use crate::runtime;
+
+/// Longest a caller sleeps between looks at its interrupt check.
+const POLL: Duration = Duration::from_millis(50);
+
+/// What one node said.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Not part of this round (a release goes only to nodes that granted).
+    NotAsked,
+    Pending,
+    /// Granted (or done); a write grant's fencing value, else 0.
+    Yes(u64),
+    /// Denied (or already gone).
+    No,
+    /// Could not ask: connection, timeout, protocol.
+    Failed(Error),
+}
+
+/// How the answers stand.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub(crate) yes: usize,
+    pub(crate) no: usize,
+    pub(crate) failed: usize,
+    pub(crate) pending: usize,
+}
+
+impl Tally {
+    /// Nodes that answered, yes or no.
+    pub(crate) fn answered(&self) -> usize {
+        self.yes + self.no
+    }
+
+    /// Whether a caller waiting for `quorum` yes answers can stop: quorum
+    /// reached, nothing pending, or denials alone ruled it out.
+    fn decides(&self, quorum: usize) -> bool {
+        self.yes >= quorum
+            || self.pending == 0
+            || (self.failed == 0 && self.yes + self.pending < quorum)
+    }
+}
+
+pub(crate) struct Round {
+    state: Mutex<State>,
+    changed: Condvar,
+    /// For acquire rounds: what to release when a grant comes too late.
+    undo: Option<Arc<Request>>,
+}
+
+struct State {
+    answers: Vec<Answer>,
+    closed: bool,
+    /// The yes count the caller waits for: answers that cannot change its
+    /// decision do not wake it (on a small machine every wake-up counts).
+    quorum: usize,
+}
+
+impl Round {
+    /// Sends `call` to `targets` (indexes into `nodes`) in parallel. An
+    /// acquire round passes `undo`: then a grant recorded after the round
+    /// closed, or a failed request that may have been granted anyway, is
+    /// released by the task that got it.
+    pub(crate) fn start(
+        nodes: &[Arc<dyn NetLocker>],
+        targets: impl IntoIterator<Item = usize>,
+        request_timeout: Duration,
+        undo: Option<Arc<Request>>,
+        call: impl Fn(Arc<dyn NetLocker>) -> Reply<Option<u64>>,
+    ) -> Arc<Round> {
+        let mut answers: Vec<Answer> = nodes.iter().map(|_| Answer::NotAsked).collect();
+        let targets: Vec<usize> = targets.into_iter().collect();
+        for &index in &targets {
+            answers[index] = Answer::Pending;
+        }
+        let round = Arc::new(Round {
+            state: Mutex::new(State {
+                answers,
+                closed: false,
+                quorum: usize::MAX,
+            }),
+            changed: Condvar::new(),
+            undo,
+        });
+        let requests: Vec<_> = targets
+            .into_iter()
+            .map(|index| (index, nodes[index].clone(), call(nodes[index].clone())))
+            .collect();
+        let spawner = round.clone();
+        // One hop to the runtime thread, which then spawns locally.
+        runtime::spawn(async move {
+            for (index, node, reply) in requests {
+                tokio::spawn(spawner.clone().ask(index, node, reply, request_timeout));
+            }
+        });
+        round
+    }
+
+    async fn ask(
+        self: Arc<Self>,
+        index: usize,
+        node: Arc<dyn NetLocker>,
+        reply: Reply<Option<u64>>,
+        request_timeout: Duration,
+    ) {
+        let answer = match tokio::time::timeout(request_timeout, reply).await {
+            Ok(Ok(Some(value))) => Answer::Yes(value),
+            Ok(Ok(None)) => Answer::No,
+            Ok(Err(e)) => Answer::Failed(e),
+            Err(_) => Answer::Failed(Error::backend(
+                node.name(),
+                "request",
+                format!("no answer within {request_timeout:?}"),
+            )),
+        };
+        if let Some(request) = self.record(index, answer) {
+            // Best effort: a grant we could not give back expires by TTL.
+            let _ = tokio::time::timeout(request_timeout, release(node, request)).await;
+        }
+    }
+
+    /// Stores an answer; returns the request to undo when it is this task's
+    /// job to release what the node may have granted.
+    fn record(&self, index: usize, answer: Answer) -> Option<Arc<Request>> {
+        let mut state = self.lock();
+        let undo = match (&answer, state.closed) {
+            (Answer::Yes(_), true) | (Answer::Failed(_), _) => self.undo.clone(),
+            _ => None,
+        };
+        state.answers[index] = answer;
+        let decided = tally(&state.answers).decides(state.quorum);
+        drop(state);
+        if decided {
+            self.changed.notify_all();
+        }
+        undo
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Blocks until `quorum` nodes said yes, that became impossible, or
+    /// `deadline` passed. While failures are among the answers it waits for
+    /// all of them, so an error can say how many nodes answered.
+    /// `interrupted` is polled at least every 50 ms, never while the
+    /// round's mutex is held.
+    pub(crate) fn wait(
+        &self,
+        deadline: Instant,
+        interrupted: &dyn Fn() -> bool,
+        quorum: usize,
+    ) -> std::result::Result<Tally, Interrupted> {
+        let mut next_poll = Instant::now() + POLL;
+        let mut state = self.lock();
+        state.quorum = quorum;
+        loop {
+            let now = tally(&state.answers);
+            if now.decides(quorum) || Instant::now() >= deadline {
+                return Ok(now);
+            }
+            if Instant::now() >= next_poll {
+                drop(state);
+                if interrupted() {
+                    return Err(Interrupted);
+                }
+                next_poll = Instant::now() + POLL;
+                state = self.lock();
+                continue;
+            }
+            let left = deadline
+                .min(next_poll)
+                .saturating_duration_since(Instant::now());
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Ends the round for its caller: answers from now on belong to their
+    /// tasks. Returns the nodes that had granted, with their values.
+    pub(crate) fn close(&self) -> Vec<(usize, u64)> {
+        let mut state = self.lock();
+        state.closed = true;
+        granted(&state.answers)
+    }
+
+    /// The nodes that granted so far (late grants included while open).
+    pub(crate) fn granted(&self) -> Vec<(usize, u64)> {
+        granted(&self.lock().answers)
+    }
+
+    /// Marks a granted node's grant as gone (a refresh found it lost).
+    pub(crate) fn forget(&self, index: usize) {
+        self.lock().answers[index] = Answer::No;
+    }
+
+    /// The first failure, for the error message when too few answered.
+    pub(crate) fn first_failure(&self) -> Option<String> {
+        self.lock().answers.iter().find_map(|a| match a {
+            Answer::Failed(e) => Some(e.to_string()),
+            _ => None,
+        })
+    }
+}
+
+/// The caller's interrupt check fired.
+#[derive(Debug)]
+pub(crate) struct Interrupted;
+
+fn tally(answers: &[Answer]) -> Tally {
+    let mut tally = Tally::default();
+    for answer in answers {
+        match answer {
+            Answer::NotAsked => {}
+            Answer::Pending => tally.pending += 1,
+            Answer::Yes(_) => tally.yes += 1,
+            Answer::No => tally.no += 1,
+            Answer::Failed(_) => tally.failed += 1,
+        }
+    }
+    tally
+}
+
+fn granted(answers: &[Answer]) -> Vec<(usize, u64)> {
+    answers
+        .iter()
+        .enumerate()
+        .filter_map(|(index, answer)| match answer {
+            Answer::Yes(value) => Some((index, *value)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs `call` on `targets` in parallel from a task on the runtime; each request is bounded by `request_timeout`, so
+/// a stopped node delays the result by at most that much. Dropping the
+/// future (the refresher being stopped) aborts the requests with it.
+pub(crate) async fn ask_all(
+    nodes: &[Arc<dyn NetLocker>],
+    targets: &[usize],
+    request_timeout: Duration,
+    call: impl Fn(Arc<dyn NetLocker>) -> Reply<bool>,
+) -> Vec<(usize, Result<bool>)> {
+    let mut set = tokio::task::JoinSet::new();
+    for &index in targets {
+        let reply = call(nodes[index].clone());
+        let name = nodes[index].name().to_owned();
+        set.spawn(async move {
+            let outcome = match tokio::time::timeout(request_timeout, reply).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(Error::backend(
+                    &name,
+                    "refresh",
+                    format!("no answer within {request_timeout:?}"),
+                )),
+            };
+            (index, outcome)
+        });
+    }
+    let mut outcomes = Vec::with_capacity(targets.len());
+    while let Some(joined) = set.join_next().await {
+        if let Ok(outcome) = joined {
+            outcomes.push(outcome);
+        }
+    }
+    outcomes
+}

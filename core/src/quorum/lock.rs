@@ -1,0 +1,396 @@
+//! `lockyard::quorum::RwLock`: the quorum algorithm with per-thread holds,
+//! guards and a builder, shaped like `lockyard::redis::Lock`.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::node::{Mode, NetLocker, RedisNode};
+use super::rw_lock::{Hold, Quorum};
+use crate::error::{Error, Result};
+use crate::holds::Holds;
+use crate::identity::{holder_identity, holder_number, random_hex};
+use crate::redis::{check_name, server, Lease};
+
+/// The most nodes a lock may span (as dsync).
+const MAX_NODES: usize = 32;
+
+/// A read/write lock over N independent Redis servers: many readers or one
+/// writer, granted by a quorum of the servers, so it keeps working while up
+/// to ⌊(n−1)/2⌋ of them are down or unreachable.
+///
+/// Each thread is a separate holder. Held locks are refreshed in the
+/// background; [`RwLock::check_health`] tells whether the hold may be lost.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lockyard::quorum::RwLock;
+///
+/// let urls = ["redis://a:6379", "redis://b:6379", "redis://c:6379"];
+/// let lock = RwLock::builder(urls, "index").ttl(Duration::from_secs(30)).build()?;
+/// {
+///     let guard = lock.write(Some(Duration::from_secs(10)))?;
+///     guard.check_health()?;
+///     println!("writing with fencing token {}", guard.fencing_token()?);
+/// } // released
+/// let reading = lock.read(None)?;
+/// # drop(reading);
+/// # Ok::<(), lockyard::Error>(())
+/// ```
+pub struct RwLock {
+    quorum: Arc<Quorum>,
+    urls: Vec<String>,
+    prefix: String,
+    default_timeout: Option<Duration>,
+    /// This process's holds, by holder (thread).
+    holds: Holds<u64, Arc<Hold>>,
+}
+
+/// Options for a [`RwLock`]; start with [`RwLock::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct RwLockBuilder {
+    urls: Vec<String>,
+    name: String,
+    ttl: Duration,
+    timeout: Option<Duration>,
+    refresh_interval: Option<Duration>,
+    max_refresh_fails: u32,
+    connect_timeout: Duration,
+}
+
+impl RwLockBuilder {
+    /// How long each node keeps a grant after its holder's last refresh (default 30 s).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// The wait of [`RwLock::write_lock`] and [`RwLock::read_lock`] (default: forever).
+    pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Refresh period; must be below ttl / max_refresh_fails (default: a third of that).
+    pub fn refresh_interval(mut self, every: Duration) -> Self {
+        self.refresh_interval = Some(every);
+        self
+    }
+    /// Consecutive refreshes that reach no quorum before the lock turns unhealthy (default 3).
+    pub fn max_refresh_fails(mut self, count: u32) -> Self {
+        self.max_refresh_fails = count;
+        self
+    }
+    /// How long connecting to a node may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Validates the options; touches no server.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for no URLs, more than 32, the same server twice,
+    /// an unparsable URL, an empty name, or a lease that cannot be kept alive.
+    pub fn build(self) -> Result<RwLock> {
+        if self.connect_timeout.is_zero() {
+            return Err(Error::config("connect_timeout must be positive"));
+        }
+        let mut nodes: Vec<Arc<dyn NetLocker>> = Vec::with_capacity(self.urls.len());
+        for url in &self.urls {
+            let node = Arc::new(RedisNode::new(server(url, self.connect_timeout)?));
+            if nodes.iter().any(|seen| seen.name() == node.name()) {
+                return Err(Error::config(format!(
+                    "the server {} is listed twice: each node must be a separate server",
+                    node.name()
+                )));
+            }
+            nodes.push(node);
+        }
+        self.build_on(nodes)
+    }
+
+    pub(crate) fn build_on(self, nodes: Vec<Arc<dyn NetLocker>>) -> Result<RwLock> {
+        if nodes.is_empty() || nodes.len() > MAX_NODES {
+            return Err(Error::config(format!(
+                "a quorum lock needs 1 to {MAX_NODES} servers, got {}",
+                nodes.len()
+            )));
+        }
+        check_name(&self.name)?;
+        let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
+        // A node slower than this is "not answering" for one attempt; its
+        // grant, if it comes, is adopted or released when it does.
+        let attempt_timeout = Duration::from_millis(500).min(lease.ttl / 2);
+        let quorum = Quorum {
+            nodes,
+            resource: self.name.clone(),
+            waiting_mark: (attempt_timeout * 2).max(Duration::from_millis(200)),
+            attempt_timeout,
+            request_timeout: (attempt_timeout * 4).max(self.connect_timeout.min(lease.ttl)),
+            lease,
+            what: format!("rw lock {:?}", self.name),
+        };
+        Ok(RwLock {
+            quorum: Arc::new(quorum),
+            urls: self.urls,
+            prefix: random_hex(8),
+            default_timeout: self.timeout,
+            holds: Holds::new(),
+        })
+    }
+}
+
+impl RwLock {
+    /// Options for the lock `name` on the Redis servers at `urls`.
+    pub fn builder<I, S>(urls: I, name: impl Into<String>) -> RwLockBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RwLockBuilder {
+            urls: urls.into_iter().map(Into::into).collect(),
+            name: name.into(),
+            ttl: Duration::from_secs(30),
+            timeout: None,
+            refresh_interval: None,
+            max_refresh_fails: 3,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Waits up to `timeout` (None: forever) for the write lock.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out, [`Error::AlreadyLocked`]
+    /// if this thread holds the lock already (read or write),
+    /// [`Error::Backend`] when fewer nodes than a quorum answer.
+    pub fn write(&self, timeout: Option<Duration>) -> Result<WriteGuard<'_>> {
+        self.guarded(Mode::Write, timeout)?;
+        Ok(WriteGuard(Guard::new(self)))
+    }
+
+    /// Waits up to `timeout` (None: forever) for a read lock, shared with
+    /// other readers. Errors as [`RwLock::write`].
+    pub fn read(&self, timeout: Option<Duration>) -> Result<ReadGuard<'_>> {
+        self.guarded(Mode::Read, timeout)?;
+        Ok(ReadGuard(Guard::new(self)))
+    }
+
+    /// [`RwLock::write`] with the builder's `timeout`.
+    pub fn write_lock(&self) -> Result<WriteGuard<'_>> {
+        self.write(self.default_timeout)
+    }
+
+    /// [`RwLock::read`] with the builder's `timeout`.
+    pub fn read_lock(&self) -> Result<ReadGuard<'_>> {
+        self.read(self.default_timeout)
+    }
+
+    /// The builder's `timeout`.
+    pub fn default_timeout(&self) -> Option<Duration> {
+        self.default_timeout
+    }
+
+    fn guarded(&self, mode: Mode, timeout: Option<Duration>) -> Result<()> {
+        if self.acquire_interruptibly(mode, timeout, &|| false)? {
+            Ok(())
+        } else {
+            Err(Error::Timeout {
+                what: self.quorum.what.clone(),
+                waited: timeout.unwrap_or_default(),
+            })
+        }
+    }
+
+    /// Acquires the write lock for the calling thread without a guard (for
+    /// bindings; release with [`RwLock::release`]). `interrupted` is polled
+    /// at least every 50 ms while waiting; when it returns true nothing
+    /// stays held and the call returns [`Error::Interrupted`]. Ok(false)
+    /// means the timeout ran out.
+    pub fn acquire_write_interruptibly(
+        &self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        self.acquire_interruptibly(Mode::Write, timeout, interrupted)
+    }
+
+    /// A read lock for the calling thread, like
+    /// [`RwLock::acquire_write_interruptibly`].
+    pub fn acquire_read_interruptibly(
+        &self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        self.acquire_interruptibly(Mode::Read, timeout, interrupted)
+    }
+
+    fn acquire_interruptibly(
+        &self,
+        mode: Mode,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let thread = holder_number();
+        if self.holds.get().contains_key(&thread) {
+            return Err(Error::AlreadyLocked(self.quorum.what.clone()));
+        }
+        let identity = holder_identity(&self.prefix);
+        match self.quorum.acquire(mode, &identity, timeout, interrupted)? {
+            Some(hold) => {
+                self.holds.get().insert(thread, Arc::new(hold));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Releases the calling thread's read or write lock. Ok(false) when it
+    /// had already been lost on a quorum of the nodes.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling thread holds nothing.
+    pub fn release(&self) -> Result<bool> {
+        let hold = self
+            .holds
+            .get()
+            .remove(&holder_number())
+            .ok_or_else(|| Error::NotLocked(self.quorum.what.clone()))?;
+        self.quorum.release(&hold)
+    }
+
+    /// Whether the calling thread holds the lock and its lease is surely
+    /// still live on a quorum. Reads a flag and the clock; no network.
+    pub fn healthy(&self) -> bool {
+        self.hold().is_some_and(|h| h.health.is_healthy())
+    }
+
+    /// Ok if the calling thread holds the lock and it is healthy.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
+    pub fn check_health(&self) -> Result<()> {
+        match self.hold() {
+            None => Err(Error::NotLocked(self.quorum.what.clone())),
+            Some(hold) => hold.health.check(&self.quorum.what),
+        }
+    }
+
+    /// The fencing token of the calling thread's write lock: strictly
+    /// increasing across all write holders of this name. None for a read
+    /// lock or when nothing is held. The first call per grant records the
+    /// token on a quorum of the nodes (one round trip); later calls read it.
+    ///
+    /// # Errors
+    /// [`Error::LockUnhealthy`] if the token could not be recorded on a
+    /// quorum: the lock may be lost.
+    pub fn fencing_token(&self) -> Result<Option<u64>> {
+        match self.hold() {
+            None => Ok(None),
+            Some(hold) => self.quorum.fencing_token(&hold),
+        }
+    }
+
+    /// Whether the calling thread holds the lock (read or write), by local state.
+    pub fn held(&self) -> bool {
+        self.hold().is_some()
+    }
+
+    /// The nodes' URLs, as given.
+    pub fn nodes(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// Stops refreshing without releasing, as a crashed holder would.
+    #[cfg(test)]
+    pub(crate) fn abandon(&self) {
+        self.holds.get().remove(&holder_number());
+    }
+
+    fn hold(&self) -> Option<Arc<Hold>> {
+        self.holds.get().get(&holder_number()).cloned()
+    }
+}
+
+impl Drop for RwLock {
+    /// A dropped lock gives back what this process still holds.
+    fn drop(&mut self) {
+        for hold in self.holds.drain() {
+            if let Err(e) = self.quorum.release(&hold) {
+                log::warn!("releasing {} on drop failed: {e}", self.quorum.what);
+            }
+        }
+    }
+}
+
+/// Releases on drop; not `Send`, the hold belongs to its thread.
+struct Guard<'a> {
+    lock: &'a RwLock,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> Guard<'a> {
+    fn new(lock: &'a RwLock) -> Self {
+        Guard {
+            lock,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    fn release(mut self) -> Result<bool> {
+        self.released = true;
+        self.lock.release()
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        if !self.released {
+            if let Err(e) = self.lock.release() {
+                log::warn!("releasing a rw lock guard failed: {e}");
+            }
+        }
+    }
+}
+
+/// Proof that the calling thread holds the write lock; releases it on drop.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct WriteGuard<'a>(Guard<'a>);
+
+/// Proof that the calling thread holds a read lock; releases it on drop.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct ReadGuard<'a>(Guard<'a>);
+
+impl WriteGuard<'_> {
+    /// See [`RwLock::fencing_token`].
+    pub fn fencing_token(&self) -> Result<u64> {
+        Ok(self
+            .0
+            .lock
+            .fencing_token()?
+            .expect("a write guard's thread holds the write lock"))
+    }
+}
+
+macro_rules! guard_methods {
+    ($guard:ident) => {
+        impl $guard<'_> {
+            /// See [`RwLock::healthy`].
+            pub fn healthy(&self) -> bool {
+                self.0.lock.healthy()
+            }
+            /// See [`RwLock::check_health`].
+            pub fn check_health(&self) -> Result<()> {
+                self.0.lock.check_health()
+            }
+            /// Releases now and reports whether the lock was still held.
+            pub fn release(self) -> Result<bool> {
+                self.0.release()
+            }
+        }
+    };
+}
+guard_methods!(WriteGuard);
+guard_methods!(ReadGuard);

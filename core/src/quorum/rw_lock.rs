@@ -1,0 +1,427 @@
+//! The quorum read/write lock: dsync's `drwmutex.go` on N independent
+//! Redis servers, with leases, refresh, health and fencing.
+//!
+//! An attempt asks every node at once and waits until a quorum granted, a
+//! quorum became impossible, or the attempt's deadline passed. Without
+//! quorum, everything granted is released (late grants by the tasks that
+//! get them, see `fanout.rs`) and the next attempt follows after a jittered
+//! backoff. A write needs a strict majority, n/2+1; a read ⌈n/2⌉: a write
+//! set and a read set always share a node, and no node grants both, so a
+//! read and a write can never both reach quorum.
+//!
+//! Fencing: every write grant on a node returns that node's next fencing
+//! value, `max(last + 1, server time in µs)`. The holder's token is the max
+//! over the quorum that granted it, and is *sealed* before it is first
+//! handed out: written back to a write quorum of nodes, each of which
+//! still holds the grant (so no later writer has been granted there yet).
+//! Any later writer's quorum shares a node X with that sealed set, and X
+//! granted the later writer after the seal, so X's value for it, and with
+//! it the later token, is larger. Tokens never read are never sealed, and
+//! need not be: nobody fenced anything with them.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use super::fanout::{ask_all, Round, Tally};
+use super::node::{acquire, release, Mode, NetLocker, Reply, Request};
+use crate::error::{Error, Result};
+use crate::health::Health;
+use crate::identity::random_hex;
+use crate::redis::Lease;
+use crate::runtime;
+
+/// Longest wait between retries of a denied attempt.
+const BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// Shortest attempt a tight user timeout still allows.
+const MIN_ATTEMPT: Duration = Duration::from_millis(100);
+
+/// Write quorum: a strict majority.
+pub(crate) fn write_quorum(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
+/// Read quorum: ⌈n/2⌉, the fewest that still intersect every write quorum.
+pub(crate) fn read_quorum(nodes: usize) -> usize {
+    nodes.div_ceil(2)
+}
+
+/// Everything the attempts and the refreshers share.
+pub(crate) struct Quorum {
+    pub(crate) nodes: Vec<Arc<dyn NetLocker>>,
+    pub(crate) resource: String,
+    pub(crate) lease: Lease,
+    /// How long one attempt waits for answers.
+    pub(crate) attempt_timeout: Duration,
+    /// How long one request may run; bounds every task of the fan-out.
+    pub(crate) request_timeout: Duration,
+    /// How long a waiting writer's mark keeps new readers out.
+    pub(crate) waiting_mark: Duration,
+    /// "rw lock \"index\"", for messages.
+    pub(crate) what: String,
+}
+
+/// One held read or write lock.
+pub(crate) struct Hold {
+    pub(crate) mode: Mode,
+    request: Arc<Request>,
+    /// The acquire round, kept open: grants that arrive after quorum join
+    /// the hold and are refreshed and released with it.
+    round: Arc<Round>,
+    /// Max fencing value of the granting quorum; the token once sealed.
+    candidate: u64,
+    sealed: Mutex<Option<u64>>,
+    pub(crate) health: Arc<Health>,
+    refresher: JoinHandle<()>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.refresher.abort();
+    }
+}
+
+impl Quorum {
+    fn quorum(&self, mode: Mode) -> usize {
+        match mode {
+            Mode::Write => write_quorum(self.nodes.len()),
+            Mode::Read => read_quorum(self.nodes.len()),
+        }
+    }
+
+    fn describe(&self, mode: Mode) -> String {
+        match mode {
+            Mode::Write => format!("the write lock of {}", self.what),
+            Mode::Read => format!("a read lock of {}", self.what),
+        }
+    }
+
+    /// Waits up to `timeout` (None: forever, zero: one attempt) for a grant
+    /// from a quorum. Ok(None) when the timeout ran out.
+    pub(crate) fn acquire(
+        self: &Arc<Self>,
+        mode: Mode,
+        identity: &str,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<Hold>> {
+        let waited = self.wait_for_grant(mode, identity, timeout, interrupted);
+        if mode == Mode::Write && !matches!(waited, Ok(Some(_))) {
+            self.withdraw(identity);
+        }
+        waited
+    }
+
+    fn wait_for_grant(
+        self: &Arc<Self>,
+        mode: Mode,
+        identity: &str,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<Hold>> {
+        let give_up_at = timeout.map(|t| Instant::now() + t);
+        let mut attempt = 0u32;
+        loop {
+            if let Some(hold) = self.attempt(mode, identity, give_up_at, interrupted)? {
+                return Ok(Some(hold));
+            }
+            let now = Instant::now();
+            let mut wake_at = now + backoff(attempt);
+            if let Some(at) = give_up_at {
+                if now >= at {
+                    return Ok(None);
+                }
+                wake_at = wake_at.min(at);
+            }
+            while Instant::now() < wake_at {
+                if interrupted() {
+                    return Err(Error::Interrupted(self.describe(mode)));
+                }
+                std::thread::sleep(wake_at.min(Instant::now() + POLL) - Instant::now());
+            }
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    fn attempt(
+        self: &Arc<Self>,
+        mode: Mode,
+        identity: &str,
+        give_up_at: Option<Instant>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<Hold>> {
+        let n = self.nodes.len();
+        let quorum = self.quorum(mode);
+        let request = self.request(mode, identity);
+        let sent = Instant::now();
+        let mut deadline = sent + self.attempt_timeout;
+        if let Some(at) = give_up_at {
+            deadline = deadline.min(at.max(sent + MIN_ATTEMPT));
+        }
+        let round = Round::start(
+            &self.nodes,
+            0..n,
+            self.request_timeout,
+            Some(request.clone()),
+            |node| acquire(node, request.clone()),
+        );
+        let outcome = round.wait(deadline, interrupted, quorum);
+        let Ok(tally) = outcome else {
+            self.release_granted(&request, &round.close());
+            return Err(Error::Interrupted(self.describe(mode)));
+        };
+        if tally.yes >= quorum {
+            let candidate = round.granted().iter().map(|&(_, v)| v).max().unwrap_or(0);
+            return Ok(Some(self.hold(request, round, candidate, sent)));
+        }
+        self.release_granted(&request, &round.close());
+        if tally.answered() < quorum {
+            return Err(self.too_few_answered(mode, tally, &round));
+        }
+        Ok(None)
+    }
+
+    /// A fresh uid per attempt; the waiting mark is the holder's own.
+    fn request(&self, mode: Mode, identity: &str) -> Arc<Request> {
+        Arc::new(Request {
+            resource: self.resource.clone(),
+            uid: format!("{identity}#{}", random_hex(6)),
+            waiter: identity.to_owned(),
+            mode,
+            ttl_ms: self.lease.ttl_ms(),
+            waiting_ms: self.waiting_mark.as_millis() as u64,
+        })
+    }
+
+    /// A writer that gave up takes its "writer waiting" mark back, so
+    /// readers need not wait for it to lapse. Best effort, not awaited.
+    fn withdraw(&self, identity: &str) {
+        let request = self.request(Mode::Write, identity);
+        self.send(0..self.nodes.len(), |node| node.unlock(request.clone()));
+    }
+
+    fn too_few_answered(&self, mode: Mode, tally: Tally, round: &Round) -> Error {
+        let n = self.nodes.len();
+        let mut message = format!(
+            "only {} of {n} nodes answered, {} needed",
+            tally.answered(),
+            self.quorum(mode)
+        );
+        if let Some(failure) = round.first_failure() {
+            message.push_str(&format!("; first failure: {failure}"));
+        }
+        Error::backend(&format!("{n} nodes"), &self.describe(mode), message)
+    }
+
+    /// Releases `granted` without waiting: the requests end on their own.
+    fn release_granted(&self, request: &Arc<Request>, granted: &[(usize, u64)]) {
+        self.send(granted.iter().map(|&(i, _)| i), |node| {
+            release(node, request.clone())
+        });
+    }
+
+    /// Sends `call` to `targets` and lets the requests finish on their own.
+    fn send(
+        &self,
+        targets: impl IntoIterator<Item = usize>,
+        call: impl Fn(Arc<dyn NetLocker>) -> Reply<bool>,
+    ) {
+        Round::start(&self.nodes, targets, self.request_timeout, None, |node| {
+            as_answer(call(node))
+        });
+    }
+
+    /// Sends `call` to `targets` and waits, at most one attempt's time,
+    /// until `quorum` of them said yes; returns how many did.
+    fn confirm(
+        &self,
+        targets: impl IntoIterator<Item = usize>,
+        quorum: usize,
+        call: impl Fn(Arc<dyn NetLocker>) -> Reply<bool>,
+    ) -> usize {
+        let round = Round::start(&self.nodes, targets, self.request_timeout, None, |node| {
+            as_answer(call(node))
+        });
+        let deadline = Instant::now() + self.attempt_timeout;
+        match round.wait(deadline, &|| false, quorum) {
+            Ok(tally) => tally.yes,
+            Err(_) => unreachable!("never interrupted"),
+        }
+    }
+
+    fn hold(
+        self: &Arc<Self>,
+        request: Arc<Request>,
+        round: Arc<Round>,
+        candidate: u64,
+        sent: Instant,
+    ) -> Hold {
+        let health = Arc::new(Health::new(sent + self.lease.ttl));
+        let refresher = runtime::spawn(refresh_loop(
+            self.clone(),
+            request.clone(),
+            round.clone(),
+            health.clone(),
+        ));
+        Hold {
+            mode: request.mode,
+            request,
+            round,
+            candidate,
+            sealed: Mutex::new(None),
+            health,
+            refresher,
+        }
+    }
+
+    /// Gives the grants back; Ok(false) when a quorum of them had already
+    /// been lost (what the lock protected may have been touched meanwhile).
+    pub(crate) fn release(&self, hold: &Hold) -> Result<bool> {
+        hold.refresher.abort();
+        let granted = hold.round.close();
+        let quorum = self.quorum(hold.mode);
+        let released = self.confirm(granted.iter().map(|&(i, _)| i), quorum, |node| {
+            release(node, hold.request.clone())
+        });
+        Ok(released >= quorum)
+    }
+
+    /// The write hold's fencing token, sealed on a write quorum first (see
+    /// the module docs). Read holds have none.
+    pub(crate) fn fencing_token(&self, hold: &Hold) -> Result<Option<u64>> {
+        if hold.mode == Mode::Read {
+            return Ok(None);
+        }
+        let mut sealed = hold.sealed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(token) = *sealed {
+            return Ok(Some(token));
+        }
+        hold.health.check(&self.what)?;
+        let quorum = self.quorum(Mode::Write);
+        let token = hold.candidate;
+        let targets = hold.round.granted().into_iter().map(|(i, _)| i);
+        let recorded = self.confirm(targets, quorum, |node| {
+            node.seal(hold.request.clone(), token)
+        });
+        if recorded < quorum {
+            return Err(Error::LockUnhealthy {
+                what: self.what.clone(),
+                reason: format!(
+                    "its fencing token could be recorded on only {recorded} nodes, {quorum} needed"
+                ),
+            });
+        }
+        *sealed = Some(token);
+        Ok(Some(token))
+    }
+}
+
+const POLL: Duration = Duration::from_millis(50);
+
+/// Equal jitter: half of an exponentially growing step, plus a random part
+/// of the other half, so contenders that collided spread apart.
+fn backoff(attempt: u32) -> Duration {
+    let step = (Duration::from_millis(2) * 2u32.pow(attempt.min(6))).min(BACKOFF_MAX);
+    let mut random = [0u8; 4];
+    getrandom::fill(&mut random).expect("the OS random source failed");
+    let fraction = f64::from(u32::from_le_bytes(random)) / f64::from(u32::MAX);
+    step / 2 + step.mul_f64(fraction / 2.0)
+}
+
+/// A yes/no request as a round answer.
+fn as_answer(reply: Reply<bool>) -> Reply<Option<u64>> {
+    Box::pin(async move { Ok(reply.await?.then_some(0)) })
+}
+
+/// Keeps a hold's grants alive until aborted. A refresh that leaves fewer
+/// than a quorum of live grants marks the hold lost at once; a quorum that
+/// could not be asked counts as a transient failure, and
+/// `max_refresh_fails` of those in a row mark it lost too.
+async fn refresh_loop(
+    quorum: Arc<Quorum>,
+    request: Arc<Request>,
+    round: Arc<Round>,
+    health: Arc<Health>,
+) {
+    let lease = &quorum.lease;
+    let needed = quorum.quorum(request.mode);
+    let mut failures = 0;
+    loop {
+        tokio::time::sleep(lease.refresh_every).await;
+        let sent = Instant::now();
+        let targets: Vec<usize> = round.granted().iter().map(|&(i, _)| i).collect();
+        let outcomes = ask_all(&quorum.nodes, &targets, quorum.request_timeout, |node| {
+            node.refresh(request.clone())
+        })
+        .await;
+        let (mut live, mut unknown, mut last_error) = (0, 0, None);
+        for (index, outcome) in outcomes {
+            match outcome {
+                Ok(true) => live += 1,
+                Ok(false) => round.forget(index),
+                Err(e) => {
+                    unknown += 1;
+                    last_error = Some(e);
+                }
+            }
+        }
+        if live >= needed {
+            failures = 0;
+            health.extend(sent + lease.ttl);
+            continue;
+        }
+        if live + unknown < needed {
+            let reason = format!(
+                "only {live} of {} nodes still hold its grant, {needed} needed",
+                quorum.nodes.len()
+            );
+            log::warn!("{} lost: {reason}", quorum.what);
+            health.mark_lost(reason);
+            return;
+        }
+        failures += 1;
+        let error = last_error.map(|e| e.to_string()).unwrap_or_default();
+        log::warn!(
+            "refreshing {} reached only {live} nodes ({failures}/{}): {error}",
+            quorum.what,
+            lease.max_refresh_fails
+        );
+        if failures >= lease.max_refresh_fails {
+            health.mark_lost(format!(
+                "{failures} refreshes in a row reached fewer than {needed} nodes, the last with: {error}"
+            ));
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_quorum_and_a_write_quorum_always_share_a_node() {
+        for n in 1..=32 {
+            assert!(read_quorum(n) + write_quorum(n) > n, "n={n}");
+            assert!(2 * write_quorum(n) > n, "n={n}");
+            assert!(read_quorum(n) <= write_quorum(n), "n={n}");
+        }
+        assert_eq!((write_quorum(5), read_quorum(5)), (3, 3));
+        assert_eq!((write_quorum(4), read_quorum(4)), (3, 2));
+        assert_eq!((write_quorum(1), read_quorum(1)), (1, 1));
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_stays_bounded() {
+        for attempt in 0..20 {
+            let wait = backoff(attempt);
+            assert!(
+                wait >= Duration::from_millis(1) && wait <= BACKOFF_MAX,
+                "{wait:?}"
+            );
+        }
+        assert!(backoff(0) <= Duration::from_millis(2));
+        assert!(backoff(10) >= BACKOFF_MAX / 2);
+    }
+}

@@ -1,0 +1,28 @@
+-- lock: grant the write lock to ARGV[1] if nobody holds it, neither a writer
+-- nor a reader. While readers hold it, leave a short-lived "writer waiting"
+-- mark that new readers respect, so a stream of readers cannot starve writers.
+-- KEYS[1] writer:  string, uid of the write holder, expires with its lease
+-- KEYS[2] readers: zset reader uid -> lease deadline (server ms)
+-- KEYS[3] waiting: string, a waiting writer, expires after ARGV[4] ms
+-- KEYS[4] fence:   string, the last fencing value this node issued
+-- ARGV[1] uid of this attempt, ARGV[2] waiter (the holder, same across its
+-- attempts), ARGV[3] ttl ms, ARGV[4] waiting-mark ms
+-- Returns {1, fence} when granted, {0, 0} when denied.
+-- Deadlines come from this server's clock, never from a client's.
+local writer, readers, waiting, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local uid, waiter, ttl_ms, waiting_ms = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local clock = redis.call('TIME')
+local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+redis.call('ZREMRANGEBYSCORE', readers, '-inf', now_ms)
+if redis.call('EXISTS', writer) == 1 or redis.call('ZCARD', readers) > 0 then
+  redis.call('SET', waiting, waiter, 'PX', waiting_ms)
+  return {0, 0}
+end
+redis.call('SET', writer, uid, 'PX', ttl_ms)
+if redis.call('GET', waiting) == waiter then redis.call('DEL', waiting) end
+-- Seeded from server time, so values keep increasing even after the key
+-- expired or Redis restarted without persistence.
+local fence = math.max(tonumber(redis.call('GET', fence_key) or '0') + 1, now_us)
+redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', ttl_ms + 3600000)
+return {1, string.format('%.0f', fence)}

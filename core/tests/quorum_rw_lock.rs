@@ -1,0 +1,211 @@
+//! The quorum read/write lock on five real redis-server processes.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lockyard::quorum::RwLock;
+use lockyard::Error;
+use support::{DelayProxy, RedisServer};
+
+fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn lock(urls: &[String], name: &str) -> Arc<RwLock> {
+    Arc::new(
+        RwLock::builder(urls.to_vec(), name)
+            .ttl(Duration::from_secs(5))
+            .build()
+            .unwrap(),
+    )
+}
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+/// Runs `writers` threads that each increment a plain counter `rounds`
+/// times under the write lock, reading and writing it non-atomically, while
+/// `readers` threads check that no write is in progress when they hold a
+/// read lock. Returns the counter and the most readers seen at once.
+fn exercise(lock: &Arc<RwLock>, writers: usize, readers: usize, rounds: usize) -> (usize, usize) {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let writing = Arc::new(AtomicUsize::new(0));
+    let reading = Arc::new(AtomicUsize::new(0));
+    let most_readers = Arc::new(AtomicUsize::new(0));
+    let start = Arc::new(Barrier::new(writers + readers));
+    let mut threads = Vec::new();
+    for _ in 0..writers {
+        let (lock, counter, writing, start) = (
+            lock.clone(),
+            counter.clone(),
+            writing.clone(),
+            start.clone(),
+        );
+        threads.push(thread::spawn(move || {
+            start.wait();
+            for _ in 0..rounds {
+                let guard = lock.write(Some(Duration::from_secs(20))).unwrap();
+                assert_eq!(writing.fetch_add(1, Ordering::SeqCst), 0, "two writers");
+                let seen = counter.load(Ordering::SeqCst);
+                thread::yield_now();
+                counter.store(seen + 1, Ordering::SeqCst);
+                writing.fetch_sub(1, Ordering::SeqCst);
+                drop(guard);
+            }
+        }));
+    }
+    for _ in 0..readers {
+        let (lock, writing, reading, most, start) = (
+            lock.clone(),
+            writing.clone(),
+            reading.clone(),
+            most_readers.clone(),
+            start.clone(),
+        );
+        threads.push(thread::spawn(move || {
+            start.wait();
+            for _ in 0..rounds {
+                let guard = lock.read(Some(Duration::from_secs(20))).unwrap();
+                let now = reading.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                assert_eq!(writing.load(Ordering::SeqCst), 0, "a reader with a writer");
+                thread::sleep(Duration::from_millis(2));
+                reading.fetch_sub(1, Ordering::SeqCst);
+                drop(guard);
+            }
+        }));
+    }
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    (
+        counter.load(Ordering::SeqCst),
+        most_readers.load(Ordering::SeqCst),
+    )
+}
+
+#[test]
+fn one_writer_or_many_readers_across_threads() {
+    let servers = servers(5);
+    let lock = lock(&urls(&servers), "exclusion");
+    let (counter, most_readers) = exercise(&lock, 4, 4, 25);
+    assert_eq!(counter, 100);
+    assert!(most_readers >= 2, "readers never overlapped");
+}
+
+#[test]
+fn two_of_five_nodes_dying_mid_run_changes_nothing() {
+    let mut servers: Vec<Option<RedisServer>> = servers(5).into_iter().map(Some).collect();
+    let urls: Vec<String> = servers.iter().flatten().map(RedisServer::url).collect();
+    let lock = lock(&urls, "two-down");
+    let killer = {
+        let doomed: Vec<RedisServer> = [servers[1].take(), servers[3].take()]
+            .into_iter()
+            .flatten()
+            .collect();
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(150));
+            drop(doomed);
+        })
+    };
+    let (counter, _) = exercise(&lock, 3, 2, 60);
+    killer.join().unwrap();
+    assert_eq!(counter, 180);
+    let guard = lock.write(Some(Duration::from_secs(2))).unwrap();
+    assert!(guard.fencing_token().unwrap() > 0);
+    guard.check_health().unwrap();
+}
+
+#[test]
+fn three_of_five_down_fails_cleanly_naming_how_many_answered() {
+    let mut servers = servers(5);
+    let urls = urls(&servers);
+    let lock = lock(&urls, "three-down");
+    let held = lock.write(None).unwrap();
+    servers.truncate(2);
+    // The held lock's refresh no longer reaches a quorum.
+    let started = Instant::now();
+    while held.healthy() {
+        assert!(started.elapsed() < Duration::from_secs(10), "still healthy");
+        thread::sleep(Duration::from_millis(50));
+    }
+    drop(held);
+    let started = Instant::now();
+    let err = lock.read(Some(Duration::from_secs(3))).err().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    match err {
+        Error::Backend { message, .. } => {
+            assert!(message.contains("only 2 of 5 nodes answered"), "{message}")
+        }
+        other => panic!("expected a backend error, got {other}"),
+    }
+}
+
+#[test]
+fn a_slow_node_does_not_slow_the_lock() {
+    let servers = servers(5);
+    let mut urls = urls(&servers);
+    let proxy = DelayProxy::start(servers[0].port, Duration::from_millis(150));
+    urls[0] = proxy.url();
+    let lock = lock(&urls, "slow-node");
+    let started = Instant::now();
+    for _ in 0..20 {
+        drop(lock.write(None).unwrap());
+        drop(lock.read(None).unwrap());
+    }
+    let per_cycle = started.elapsed() / 40;
+    assert!(
+        per_cycle < Duration::from_millis(30),
+        "{per_cycle:?} per lock+unlock"
+    );
+}
+
+#[test]
+fn fencing_tokens_strictly_increase_across_holders() {
+    let servers = servers(5);
+    let urls = urls(&servers);
+    let (a, b) = (lock(&urls, "fenced"), lock(&urls, "fenced"));
+    let mut last = 0;
+    for i in 0..10 {
+        let holder = if i % 2 == 0 { &a } else { &b };
+        let guard = holder.write(None).unwrap();
+        let token = guard.fencing_token().unwrap();
+        assert!(token > last, "{token} after {last}");
+        last = token;
+    }
+}
+
+#[test]
+fn a_held_lock_outlives_its_ttl_by_refreshing() {
+    let servers = servers(5);
+    let urls = urls(&servers);
+    let lock = Arc::new(
+        RwLock::builder(urls.clone(), "refreshed")
+            .ttl(Duration::from_millis(400))
+            .build()
+            .unwrap(),
+    );
+    let guard = lock.write(None).unwrap();
+    thread::sleep(Duration::from_millis(1200));
+    guard.check_health().unwrap();
+    let other = lock.clone();
+    let denied = thread::spawn(move || {
+        other
+            .acquire_read_interruptibly(Some(Duration::ZERO), &|| false)
+            .unwrap()
+    });
+    assert!(!denied.join().unwrap());
+    assert!(guard.release().unwrap());
+    for server in &servers {
+        let keys = server.keys();
+        assert!(
+            keys.iter().all(|k| k.ends_with(":fence")),
+            "left behind: {keys:?}"
+        );
+    }
+}
