@@ -84,10 +84,10 @@ class Cycle:
 
     def measure(self, server: RedisServer, key: str) -> None:
         server.busy_us()
-        result = subprocess.run(
-            [*self.command, server.url, key, str(CYCLES)],
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
+        command = [*self.command, server.url, key, str(CYCLES)]
+        result = subprocess.run(command, check=False, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr}")
         self.samples.append(float(result.stdout.split()[-1]))
         # The client runs CYCLES cycles after a warm-up of up to 100.
         self.server_samples.append(server.busy_us() / (CYCLES + min(CYCLES, 100)))
