@@ -193,11 +193,16 @@ fn a_slow_minority_does_not_slow_the_lock_and_its_late_grants_join_the_hold() {
 fn fencing_tokens_increase_even_when_one_node_runs_ahead() {
     let nodes = nodes(5);
     nodes[4].set_fence(RESOURCE, 1_000_000);
+    // With two nodes down the write quorum must include the one ahead.
+    nodes[0].set_down(true);
+    nodes[1].set_down(true);
     let lock = lock_on(&nodes, Duration::from_secs(30));
     let first = lock.write(None).unwrap();
     let ahead = first.fencing_token().unwrap();
     assert!(ahead > 1_000_000);
     drop(first);
+    nodes[0].set_down(false);
+    nodes[1].set_down(false);
     nodes[4].set_down(true);
     let second = lock.write(None).unwrap();
     assert!(second.fencing_token().unwrap() > ahead);

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::keys::Keys;
 use super::scripts::{prepare, SCRIPTS};
-use super::server::{Route, COMMAND_TIMEOUT};
+use super::server::{OnSignal, Route, COMMAND_TIMEOUT};
 use super::settings::Lease;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -161,7 +161,7 @@ impl Semaphore {
     fn attempt(&self, token: &str, waiter_lease: Duration) -> Result<Attempt> {
         let s = &self.shared;
         let sent = Instant::now();
-        let reply: Vec<i64> = s.route.run("acquire", COMMAND_TIMEOUT, true, |conn| {
+        let reply: Vec<i64> = s.route.run("acquire", COMMAND_TIMEOUT, |conn| {
             prepare(&SCRIPTS.acquire, &s.keys, s.limit)
                 .arg(token)
                 .arg(s.lease.ttl_ms())
@@ -204,16 +204,21 @@ impl Semaphore {
                 return Ok(None);
             }
             let slice = left.min(LISTEN_SLICE);
-            let message: Option<(String, String)> =
-                self.shared
-                    .route
-                    .run("wait", slice + COMMAND_TIMEOUT, true, |conn| {
-                        redis::cmd("BLPOP")
-                            .arg(&wake_key)
-                            .arg(format!("{:.3}", slice.as_secs_f64()))
-                            .query(conn)
-                    })?;
-            if let Some((_, message)) = message {
+            // A signal ends the slice early (Ok(None)): back to checking
+            // `interrupted`. A wake-up lost with the dropped connection is
+            // still in the grants hash, where the next attempt claims it.
+            let message: Option<Option<(String, String)>> = self.shared.route.run_or_signal(
+                "wait",
+                slice + COMMAND_TIMEOUT,
+                OnSignal::Report,
+                |conn| {
+                    redis::cmd("BLPOP")
+                        .arg(&wake_key)
+                        .arg(format!("{:.3}", slice.as_secs_f64()))
+                        .query(conn)
+                },
+            )?;
+            if let Some(Some((_, message))) = message {
                 return Ok(Some(message));
             }
         }
@@ -232,7 +237,7 @@ impl Semaphore {
 
     fn cancel(&self, token: &str) -> Result<()> {
         let s = &self.shared;
-        s.route.run("cancel", COMMAND_TIMEOUT, true, |conn| {
+        s.route.run("cancel", COMMAND_TIMEOUT, |conn| {
             prepare(&SCRIPTS.cancel, &s.keys, s.limit)
                 .arg(token)
                 .invoke::<i64>(conn)
@@ -245,18 +250,34 @@ impl Semaphore {
     /// by someone else meanwhile.
     pub(crate) fn release(&self, hold: Hold) -> Result<bool> {
         hold.refresher.abort();
-        self.release_token(&hold.token)
+        self.release_as(&hold.token, hold.health.is_healthy())
     }
 
     /// Gives back the slot of `token`, held by this process or any other.
     pub(crate) fn release_token(&self, token: &str) -> Result<bool> {
+        self.release_as(token, true)
+    }
+
+    /// Releases `token`. Its answer cannot simply be repeated: a release cut
+    /// short by a signal may have taken effect, and a second one would then
+    /// report the slot as lost. So the server is asked whether it still has
+    /// the slot; if not, this release freed it when it `was_live` before.
+    fn release_as(&self, token: &str, was_live: bool) -> Result<bool> {
         let s = &self.shared;
-        let released: i64 = s.route.run("release", COMMAND_TIMEOUT, false, |conn| {
-            prepare(&SCRIPTS.release, &s.keys, s.limit)
-                .arg(token)
-                .invoke(conn)
-        })?;
-        Ok(released == 1)
+        loop {
+            let released =
+                s.route
+                    .run_or_signal("release", COMMAND_TIMEOUT, OnSignal::Report, |conn| {
+                        prepare(&SCRIPTS.release, &s.keys, s.limit)
+                            .arg(token)
+                            .invoke::<i64>(conn)
+                    })?;
+            match released {
+                Some(released) => return Ok(released == 1),
+                None if !self.inspect(Some(token))?.1 => return Ok(was_live),
+                None => continue,
+            }
+        }
     }
 
     /// Waits up to `timeout` until no slot is held (Go's WaitGroup.Wait).
@@ -287,7 +308,7 @@ impl Semaphore {
     ) -> Result<bool> {
         let s = &self.shared;
         loop {
-            let idle: i64 = s.route.run("wait", COMMAND_TIMEOUT, true, |conn| {
+            let idle: i64 = s.route.run("wait", COMMAND_TIMEOUT, |conn| {
                 prepare(&SCRIPTS.watch, &s.keys, s.limit)
                     .arg(watcher)
                     .arg(WAITER_LEASE.as_millis() as u64)
@@ -312,7 +333,7 @@ impl Semaphore {
     /// Live holders, and whether `token` (if given) is one of them.
     pub(crate) fn inspect(&self, token: Option<&str>) -> Result<(u32, bool)> {
         let s = &self.shared;
-        let reply: Vec<i64> = s.route.run("inspect", COMMAND_TIMEOUT, true, |conn| {
+        let reply: Vec<i64> = s.route.run("inspect", COMMAND_TIMEOUT, |conn| {
             prepare(&SCRIPTS.inspect, &s.keys, s.limit)
                 .arg(token.unwrap_or(""))
                 .invoke(conn)

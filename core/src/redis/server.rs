@@ -127,10 +127,20 @@ impl Server {
                 return Ok((conn, true));
             }
         }
-        let conn = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)
-            .map_err(|e| self.error("connect", e))?;
+        let mut interruptions = 0;
+        let conn = loop {
+            match self
+                .client
+                .get_connection_with_timeout(self.connect_timeout)
+            {
+                Ok(conn) => break conn,
+                // Connecting twice is always safe.
+                Err(e) if interrupted_by_signal(&e) && interruptions < MAX_INTERRUPTIONS => {
+                    interruptions += 1;
+                }
+                Err(e) => return Err(self.error("connect", e)),
+            }
+        };
         conn.set_write_timeout(Some(COMMAND_TIMEOUT))
             .map_err(|e| self.error("connect", e))?;
         Ok((conn, false))
@@ -147,13 +157,13 @@ impl Server {
     /// out dead (the server restarted) is replaced once: it never carried the
     /// request to a live server, so repeating it is safe. A read cut short by
     /// a signal (EINTR: Ruby and Python install handlers) drops the
-    /// connection, whose state is then unknown, and repeats a `repeatable`
-    /// request; others report the interruption as an error.
+    /// connection, whose state is then unknown, and either repeats the
+    /// request or reports [`Failure::Signal`], as `on_signal` says.
     pub(crate) fn run<T>(
         &self,
         operation: &str,
         read_timeout: Duration,
-        repeatable: bool,
+        on_signal: OnSignal,
         mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> std::result::Result<T, Failure> {
         let mut stale_retried = false;
@@ -171,13 +181,11 @@ impl Server {
                     self.checkin(conn);
                     return Err(Failure::Redirect(e));
                 }
-                Err(e)
-                    if interrupted_by_signal(&e)
-                        && repeatable
-                        && interruptions < MAX_INTERRUPTIONS =>
-                {
-                    interruptions += 1;
-                }
+                Err(e) if interrupted_by_signal(&e) => match on_signal {
+                    OnSignal::Report => return Err(Failure::Signal),
+                    OnSignal::Repeat if interruptions < MAX_INTERRUPTIONS => interruptions += 1,
+                    OnSignal::Repeat => return Err(Failure::Fatal(self.error(operation, e))),
+                },
                 Err(e) if pooled && !stale_retried && e.is_connection_dropped() => {
                     stale_retried = true;
                 }
@@ -242,10 +250,21 @@ fn interrupted_by_signal(e: &RedisError) -> bool {
     false
 }
 
+/// What to do when a signal cuts a request short.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnSignal {
+    /// Send it again: the request's repetition changes nothing.
+    Repeat,
+    /// Let the caller decide (it may have taken effect).
+    Report,
+}
+
 /// Why a request did not produce a value.
 pub(crate) enum Failure {
     /// A Cluster node said the slot lives elsewhere (MOVED or ASK).
     Redirect(RedisError),
+    /// A signal cut it short, with [`OnSignal::Report`].
+    Signal,
     Fatal(Error),
 }
 
@@ -270,27 +289,40 @@ impl Route {
             .clone()
     }
 
-    /// Runs `request`, following up to three Cluster redirects. A
-    /// `repeatable` request may reach the server more than once (see
-    /// [`Server::run`]); every script but `release` is.
+    /// Runs `request`, following up to three Cluster redirects; a signal
+    /// that cuts it short sends it again.
     pub(crate) fn run<T>(
         &self,
         operation: &str,
         read_timeout: Duration,
-        repeatable: bool,
-        mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
+        request: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
+        let value = self.run_or_signal(operation, read_timeout, OnSignal::Repeat, request)?;
+        Ok(value.expect("repeated requests never end in a signal"))
+    }
+
+    /// Like [`Route::run`], but Ok(None) when a signal cut the request
+    /// short, for requests whose repetition could mislead (release) or that
+    /// should go back to checking the caller's interrupt first (a wait).
+    pub(crate) fn run_or_signal<T>(
+        &self,
+        operation: &str,
+        read_timeout: Duration,
+        on_signal: OnSignal,
+        mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> Result<Option<T>> {
         let mut server = self.server();
         let mut asking = false;
         for _ in 0..4 {
-            let outcome = server.run(operation, read_timeout, repeatable, |conn| {
+            let outcome = server.run(operation, read_timeout, on_signal, |conn| {
                 if asking {
                     redis::cmd("ASKING").query::<()>(conn)?;
                 }
                 request(conn)
             });
             match outcome {
-                Ok(value) => return Ok(value),
+                Ok(value) => return Ok(Some(value)),
+                Err(Failure::Signal) => return Ok(None),
                 Err(Failure::Fatal(e)) => return Err(e),
                 Err(Failure::Redirect(e)) => {
                     let (addr, _slot) = e.redirect_node().expect("a redirect names its node");

@@ -9,9 +9,15 @@ local lease_ms, handoff_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 purge_expired()
 local fence = redis.call('HGET', grants, token)
 if fence then
-  -- Handed to us while we were not listening; the wake key says the same.
+  -- Handed to us while we were not listening (or the wake-up was lost with
+  -- a dropped connection): claim it for a whole TTL, not the rest of its
+  -- short handoff window.
   redis.call('DEL', wake_prefix .. token)
-  return {1, fence, redis.call('ZSCORE', holders, token), int(now_ms)}
+  local deadline = now_ms + ttl_ms
+  redis.call('ZADD', holders, 'XX', int(deadline), token)
+  expire_with_last(holders, holders)
+  expire_with_last(grants, holders)
+  return {1, fence, int(deadline), int(now_ms)}
 end
 if not redis.call('ZSCORE', queue, token) then
   redis.call('ZADD', queue, int(now_us), token)
