@@ -21,6 +21,7 @@
 //! The API is blocking; a small internal runtime refreshes held locks.
 
 pub mod error;
+pub mod gcs;
 mod health;
 mod identity;
 pub mod redis;

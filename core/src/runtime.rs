@@ -50,3 +50,9 @@ where
 {
     handle().spawn(future)
 }
+
+/// Runs `future` to completion on the calling thread, which must not be the
+/// runtime's; the runtime thread drives its I/O and timers meanwhile.
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
+    handle().block_on(future)
+}

@@ -1,0 +1,20 @@
+//! A lock on Google Cloud Storage: the algorithm of the Ruby gem
+//! distributed-lock-google-cloud-storage, with its known flaws fixed.
+//!
+//! - `lock.rs`: the public [`Lock`] and its options;
+//! - `holder.rs`: the algorithm, against any [`Store`];
+//! - `client.rs`: the JSON API over HTTPS; `auth.rs`: endpoint and credentials;
+//! - `store.rs`: the four conditional operations the algorithm needs.
+//!
+//! See `README.md` in this directory for the choice of crates.
+
+mod auth;
+mod backoff;
+mod client;
+mod holder;
+mod lock;
+mod store;
+
+pub use holder::LogSink;
+pub use lock::{Lock, LockBuilder, LockGuard};
+pub use store::{LockObject, Metadata, Reply, Store, StoreError, StoreFuture, Version};
