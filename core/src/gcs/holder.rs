@@ -202,7 +202,7 @@ impl Holder {
                     "Error acquiring lock. Investigating why...".into()
                 });
             }
-            let look = self.look(identity, interrupted)?;
+            let look = self.look(identity, may_create, interrupted)?;
             may_create = matches!(look, Look::Free);
             if may_create && immediate < IMMEDIATE_RETRIES {
                 immediate += 1;
@@ -275,15 +275,24 @@ impl Holder {
 
     /// Reads the object after a failed create and clears it if it is ours
     /// from before or stale.
-    fn look(&self, identity: &str, interrupted: &dyn Fn() -> bool) -> Result<Look> {
+    fn look(
+        &self,
+        identity: &str,
+        after_create: bool,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Look> {
         let reply = match self.call("read", |store| store.get(), interrupted)? {
             Ok(reply) => reply,
             Err(other) => return Err(self.backend("read", other.to_string())),
         };
         let Some(object) = reply.value else {
-            self.log(log::Level::Warn, || {
-                "Lock was deleted right after having created it. Retrying.".into()
-            });
+            if after_create {
+                self.log(log::Level::Warn, || {
+                    "Lock was deleted right after having created it. Retrying.".into()
+                });
+            } else {
+                self.log(log::Level::Debug, || "Lock was released. Acquiring".into());
+            }
             return Ok(Look::Free);
         };
         if object.identity.as_deref() == Some(identity) {
