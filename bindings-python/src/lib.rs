@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 
 mod convert;
 mod error;
+mod gcs_lock;
 mod lock;
 mod logging;
 mod unlocked;
@@ -18,5 +19,6 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // Under backend-qualified names: `lockyard.redis.Lock` re-exports this
     // one, and other backends' classes are called `Lock` as well.
     module.add("RedisLock", module.py().get_type::<lock::RedisLock>())?;
+    module.add("GcsLock", module.py().get_type::<gcs_lock::GcsLock>())?;
     Ok(())
 }
