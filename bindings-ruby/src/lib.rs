@@ -7,6 +7,7 @@ use magnus::{prelude::*, Error, Ruby};
 
 mod convert;
 mod errors;
+mod gcs_lock;
 mod lock;
 mod nogvl;
 
@@ -15,5 +16,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let lockyard = ruby.define_module("Lockyard")?;
     lockyard.const_set("VERSION", env!("CARGO_PKG_VERSION"))?;
     let redis = lockyard.define_module("Redis")?;
-    lock::define(ruby, redis)
+    lock::define(ruby, redis)?;
+    let gcs = lockyard.define_module("GCS")?;
+    gcs_lock::define(ruby, gcs)
 }

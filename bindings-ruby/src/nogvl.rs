@@ -7,6 +7,7 @@
 use std::ffi::c_void;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use magnus::{Error, Ruby};
 use rb_sys::{rb_thread_call_without_gvl, Qnil, VALUE};
@@ -45,6 +46,34 @@ impl<T> NoGvl<T> {
                 outcome => return outcome.or_raise(ruby),
             }
         }
+    }
+}
+
+impl<T> NoGvl<T> {
+    /// Runs an acquisition that may wait up to `timeout` (None: forever)
+    /// and raises `Lockyard::TimeoutError` about `what` when it runs out.
+    /// `acquire` gets the time left: a wait resumed after an interrupt that
+    /// raised nothing keeps its original deadline.
+    pub(crate) fn acquire_within(
+        &self,
+        ruby: &Ruby,
+        timeout: Option<Duration>,
+        what: impl FnOnce() -> String,
+        acquire: impl Fn(&T, Option<Duration>, &dyn Fn() -> bool) -> lockyard::Result<bool>,
+    ) -> Result<bool, Error> {
+        let give_up_at = timeout.map(|timeout| Instant::now() + timeout);
+        let acquired = self.blocking(ruby, |inner, interrupted| {
+            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+            acquire(inner, left, interrupted)
+        })?;
+        if acquired {
+            return Ok(true);
+        }
+        Err(lockyard::Error::Timeout {
+            what: what(),
+            waited: timeout.unwrap_or_default(),
+        })
+        .or_raise(ruby)
     }
 }
 
