@@ -93,7 +93,11 @@ impl HttpStore {
             } else {
                 "failed"
             };
-            StoreError::Transient(format!("request to {} {kind}: {e}", self.endpoint.base))
+            StoreError::Transient(format!(
+                "request to {} {kind}: {}",
+                self.endpoint.base,
+                with_causes(&e)
+            ))
         })
     }
 
@@ -286,6 +290,18 @@ fn parse_object(body: &str, expected: Option<Version>) -> Result<LockObject, Sto
             other => other.as_f64(),
         },
     })
+}
+
+/// An error and its sources, which say what actually went wrong
+/// ("connection refused", "invalid peer certificate").
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message = format!("{message}: {cause}");
+        source = cause.source();
+    }
+    message
 }
 
 /// The `Date` header as Unix seconds.
