@@ -3,8 +3,10 @@ races fake-gcs-server cannot show, and injected faults."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -78,4 +80,30 @@ def test_server_clock_skew_changes_nothing(gcs: GcsServer) -> None:
     waiter = Lock(bucket_name="locks", path="a", ttl=2.0, **FAST)
     assert not waiter.acquire(timeout=2.5)
     assert holder.healthy
+    holder.release()
+
+
+def test_ctrl_c_interrupts_a_wait_promptly(
+    gcs: GcsServer, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    holder = Lock(bucket_name="locks", path="a", ttl=30.0)
+    holder.acquire()
+    child = spawn(
+        """
+        from lockyard.gcs import Lock
+
+        lock = Lock(bucket_name="locks", path="a", backoff_min=5, backoff_max=5)
+        print("waiting", flush=True)
+        with lock:
+            print("acquired", flush=True)
+        """
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline() == "waiting\n"
+    time.sleep(0.5)  # inside its first 5 s backoff
+    interrupted_at = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=5)
+    assert time.monotonic() - interrupted_at < 1.0
+    assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
     holder.release()
