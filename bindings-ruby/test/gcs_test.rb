@@ -6,6 +6,7 @@ require "logger"
 require "net/http"
 require "open3"
 require "stringio"
+require "timeout"
 require "lockyard/compat"
 
 # A GCS server process for the tests: fake-gcs-server (from PyPI's
@@ -144,6 +145,17 @@ class GcsLockTest < Minitest::Test
       end
     end.each(&:join)
     assert_equal [1] * 12, Array.new(overlaps.size) { overlaps.pop }
+  end
+
+  def test_timeout_interrupts_a_wait_promptly
+    holder = new_lock(ttl: 30)
+    holder.lock
+    waiter = new_lock(ttl: 30, backoff_min: 5, backoff_max: 5)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    assert_raises(Timeout::Error) { Timeout.timeout(0.3) { waiter.lock } }
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 1
+    refute waiter.owned_according_to_internal_state?
+    assert holder.unlock
   end
 
   def test_instant_recovery_by_the_same_identity
