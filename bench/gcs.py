@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
 import subprocess
 import sys
@@ -75,6 +76,17 @@ def uncontended(server: Server, cycles: int) -> tuple[float, float]:
     return requests / cycles, elapsed / cycles * 1e3
 
 
+class StepCounter(logging.Handler):
+    """Counts a waiter's backoff steps: it logs each one at INFO."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.steps = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.steps += record.getMessage().startswith("Unable to acquire lock")
+
+
 def waiting(
     server: Server, backoff: tuple[float, float], seconds: float
 ) -> dict[str, float]:
@@ -82,14 +94,23 @@ def waiting(
     holder = lock(server, "held", ttl=60.0)
     holder.acquire()
     waiter = lock(server, "held", backoff_min=backoff[0], backoff_max=backoff[1])
+    counter = StepCounter()
+    logger = logging.getLogger("lockyard")
+    logger.addHandler(counter)
+    logger.setLevel(logging.INFO)
     before = server.stats()
-    assert not waiter.acquire(timeout=seconds)
+    try:
+        assert not waiter.acquire(timeout=seconds)
+    finally:
+        logger.removeHandler(counter)
     spent = diff(server.stats(), before)
     holder.release()
     writes_after_first = spent["create"] - 1 + spent["update"] + spent["delete"]
     return {
         "reads/s": spent["get"] / seconds,
         "writes/s": writes_after_first / seconds,
+        # One read inspects the holder after the first, failed create.
+        "reads/step": (spent["get"] - 1) / max(counter.steps, 1),
     }
 
 
@@ -128,7 +149,8 @@ def main() -> None:
         print()
         header = (
             f"{'backoff min..max (s)':>22} {'reads/s waiting':>16} "
-            f"{'writes/s waiting':>17} {'handoff p50 (s)':>16} {'max (s)':>8}"
+            f"{'reads/step':>11} {'writes/s waiting':>17} "
+            f"{'handoff p50 (s)':>16} {'max (s)':>8}"
         )
         print(header)
         print("-" * len(header))
@@ -137,7 +159,8 @@ def main() -> None:
             delays = [handoff(server, backoff, hold=2.0) for _ in range(args.rounds)]
             print(
                 f"{f'{backoff[0]:g}..{backoff[1]:g}':>22} {rates['reads/s']:>16.1f} "
-                f"{rates['writes/s']:>17.2f} {statistics.median(delays):>16.3f} "
+                f"{rates['reads/step']:>11.2f} {rates['writes/s']:>17.2f} "
+                f"{statistics.median(delays):>16.3f} "
                 f"{max(delays):>8.3f}"
             )
         print()
