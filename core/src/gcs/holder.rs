@@ -5,13 +5,14 @@
 //! held object in the background with preconditions; delete exactly our
 //! version on release.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
 use super::backoff::Backoff;
+use super::clock::ServerClock;
+use super::refresh::{refresh_loop, with_timeout};
 use super::store::{Metadata, Reply, Store, StoreError, StoreFuture, Version};
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -43,38 +44,6 @@ pub(crate) struct Holder {
     pub(crate) clock: ServerClock,
     /// The last refresh failure of any hold, kept after it heals.
     pub(crate) last_refresh_error: Mutex<Option<String>>,
-}
-
-/// The server's clock as seen from here: the offset between the `Date` of
-/// recent responses and the local wall clock. Only ever used to write
-/// `expires_at` in server time; staleness is judged against the `Date` of
-/// the response that returned the object.
-#[derive(Default)]
-pub(crate) struct ServerClock {
-    offset_ms: AtomicI64,
-    known: AtomicBool,
-}
-
-fn wall_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-impl ServerClock {
-    /// `Date` has whole seconds and is truncated: add half a second.
-    fn observe(&self, server_time: Option<f64>) {
-        if let Some(at) = server_time {
-            let offset = (at + 0.5 - wall_now()) * 1000.0;
-            self.offset_ms.store(offset as i64, Ordering::Relaxed);
-            self.known.store(true, Ordering::Relaxed);
-        }
-    }
-
-    fn now(&self) -> f64 {
-        wall_now() + self.offset_ms.load(Ordering::Relaxed) as f64 / 1000.0
-    }
 }
 
 /// One thread's hold: its object version, shared with its refresher.
@@ -119,7 +88,7 @@ impl Holder {
         (self.log)(level, &message());
     }
 
-    fn metadata(&self, identity: &str) -> Metadata {
+    pub(crate) fn metadata(&self, identity: &str) -> Metadata {
         Metadata {
             identity: identity.to_owned(),
             expires_at: self.clock.now() + self.lease.ttl.as_secs_f64(),
@@ -238,7 +207,7 @@ impl Holder {
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Hold>> {
         let sent = Instant::now();
-        let clock_was_known = self.clock.known.load(Ordering::Relaxed);
+        let clock_was_known = self.clock.is_known();
         let metadata = self.metadata(identity);
         let written = metadata.expires_at;
         let created = self.call(
@@ -396,12 +365,12 @@ impl Holder {
     /// How long after sending a write the hold surely lasts: the TTL less
     /// the error of our estimate of the server's clock (half a second of
     /// `Date` rounding), so others never find it stale while we think it live.
-    fn lease_margin(&self) -> Duration {
+    pub(crate) fn lease_margin(&self) -> Duration {
         let ttl = self.lease.ttl;
         ttl - (ttl / 10).min(Duration::from_millis(500))
     }
 
-    fn record_refresh_error(&self, message: &str) {
+    pub(crate) fn record_refresh_error(&self, message: &str) {
         *self
             .last_refresh_error
             .lock()
@@ -409,100 +378,6 @@ impl Holder {
         self.log(log::Level::Error, || {
             format!("Error refreshing lock: {message}")
         });
-    }
-}
-
-/// Keeps one hold alive until aborted: PATCHes `expires_at` with the
-/// generation and metageneration preconditions. 412 or 404 means someone
-/// else has the object now: unhealthy at once. Transient failures only
-/// after `max_refresh_fails` in a row.
-async fn refresh_loop(
-    holder: Arc<Holder>,
-    identity: String,
-    version: Arc<tokio::sync::Mutex<Version>>,
-    health: Arc<Health>,
-) {
-    let lease = &holder.lease;
-    let mut failures = 0;
-    loop {
-        tokio::time::sleep(lease.refresh_every).await;
-        let mut current = version.lock().await;
-        holder.log(log::Level::Info, || "Refreshing lock".into());
-        let sent = Instant::now();
-        let metadata = holder.metadata(&identity);
-        let mut outcome = with_timeout(
-            holder.request_timeout,
-            holder.store.update(*current, metadata.clone()),
-        )
-        .await;
-        if matches!(outcome, Err(StoreError::PreconditionFailed)) {
-            // Our own earlier refresh may have landed without its reply.
-            if let Ok(Reply {
-                value: Some(object),
-                ..
-            }) = with_timeout(holder.request_timeout, holder.store.get()).await
-            {
-                if object.version.generation == current.generation
-                    && object.identity.as_deref() == Some(identity.as_str())
-                {
-                    outcome = with_timeout(
-                        holder.request_timeout,
-                        holder.store.update(object.version, metadata),
-                    )
-                    .await;
-                }
-            }
-        }
-        match outcome {
-            Ok(reply) => {
-                holder.clock.observe(reply.server_time);
-                *current = reply.value.version;
-                failures = 0;
-                health.extend(sent + holder.lease_margin());
-                holder.log(log::Level::Debug, || {
-                    format!(
-                        "Done refreshing lock. metageneration={}",
-                        current.metageneration
-                    )
-                });
-            }
-            Err(permanent @ (StoreError::PreconditionFailed | StoreError::NotFound)) => {
-                let reason = match permanent {
-                    StoreError::NotFound => "the lock object has been unexpectedly deleted",
-                    _ => "the lock object has an unexpected generation or metageneration: another holder took it over",
-                };
-                holder.record_refresh_error(reason);
-                holder.log(log::Level::Error, || {
-                    "Lock refresh failed permanently. Declaring lock as unhealthy".into()
-                });
-                health.mark_lost(reason);
-                return;
-            }
-            Err(transient) => {
-                failures += 1;
-                holder.record_refresh_error(&transient.to_string());
-                if failures >= lease.max_refresh_fails {
-                    holder.log(log::Level::Error, || {
-                        format!("Lock refresh failed {failures} times in succession. Declaring lock as unhealthy")
-                    });
-                    health.mark_lost(format!(
-                        "{failures} refreshes in a row failed, the last with: {transient}"
-                    ));
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// A store operation that takes longer than `limit` counts as transient.
-async fn with_timeout<T>(
-    limit: Duration,
-    request: StoreFuture<'_, T>,
-) -> Result<Reply<T>, StoreError> {
-    match tokio::time::timeout(limit, request).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(StoreError::Transient(format!("no reply within {limit:?}"))),
     }
 }
 
