@@ -110,3 +110,19 @@ fn wrong_type(what: &str, expected: &str, value: &Bound<'_, PyAny>) -> PyErr {
         .unwrap_or_else(|_| "?".into());
     error::config(value.py(), format!("{what} must be {expected}, got {got}"))
 }
+
+/// The wait of `acquire(timeout, blocking=...)`, as `threading.Lock` reads
+/// them: `blocking=False` means one attempt and takes no timeout.
+pub(crate) fn acquire_timeout(
+    timeout: Option<&Bound<'_, PyAny>>,
+    blocking: bool,
+) -> PyResult<Option<Duration>> {
+    match (blocking, optional_seconds("timeout", timeout)?) {
+        (true, timeout) => Ok(timeout),
+        (false, None) => Ok(Some(Duration::ZERO)),
+        (false, Some(_)) => Err(error::config(
+            timeout.expect("given").py(),
+            "a timeout makes no sense with blocking=False".into(),
+        )),
+    }
+}

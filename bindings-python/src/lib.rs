@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 
 mod convert;
 mod error;
+mod gcs_lock;
 mod lock;
 mod logging;
 mod quorum;
@@ -29,5 +30,6 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "QuorumRwLock",
         module.py().get_type::<quorum::QuorumRwLock>(),
     )?;
+    module.add("GcsLock", module.py().get_type::<gcs_lock::GcsLock>())?;
     Ok(())
 }

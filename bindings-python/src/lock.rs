@@ -6,7 +6,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
-use crate::convert::{lease_options, optional_seconds, text};
+use crate::convert::{acquire_timeout, lease_options, optional_seconds, text};
 use crate::error;
 use crate::logging;
 use crate::unlocked::Unlocked;
@@ -108,17 +108,7 @@ impl RedisLock {
         timeout: Option<&Bound<'_, PyAny>>,
         blocking: bool,
     ) -> PyResult<bool> {
-        let timeout = optional_seconds("timeout", timeout)?;
-        let timeout = match (blocking, timeout) {
-            (true, timeout) => timeout,
-            (false, None) => Some(Duration::ZERO),
-            (false, Some(_)) => {
-                return Err(error::config(
-                    py,
-                    "a timeout makes no sense with blocking=False".into(),
-                ));
-            }
-        };
+        let timeout = acquire_timeout(timeout, blocking)?;
         self.acquire_within(py, timeout)
     }
 

@@ -110,3 +110,11 @@ fn wrong_type(what: &str, expected: &str, value: Value) -> Error {
         value.inspect()
     ))
 }
+
+/// A plain number (Integer or Float), such as a multiplier.
+pub(crate) fn number(ruby: &Ruby, what: &str, value: Value) -> Result<f64> {
+    if !value.is_kind_of(ruby.class_numeric()) {
+        return Err(wrong_type(what, "a number", value));
+    }
+    f64::try_convert(value).map_err(|_| wrong_type(what, "a real number", value))
+}

@@ -9,6 +9,7 @@ use magnus::{prelude::*, Error, Ruby};
 
 mod convert;
 mod errors;
+mod gcs_lock;
 mod lock;
 mod nogvl;
 mod quorum;
@@ -21,5 +22,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let redis = lockyard.define_module("Redis")?;
     lock::define(ruby, redis)?;
     wait_group::define(ruby, redis)?;
-    quorum::define(ruby, lockyard.define_module("Quorum")?)
+    quorum::define(ruby, lockyard.define_module("Quorum")?)?;
+    let gcs = lockyard.define_module("GCS")?;
+    gcs_lock::define(ruby, gcs)
 }

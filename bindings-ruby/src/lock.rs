@@ -1,7 +1,7 @@
 //! `Lockyard::Redis::Lock`, the native half. Keyword arguments, their
 //! defaults, `lock` and `synchronize` are in `lib/lockyard/redis.rb`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
 
@@ -78,21 +78,12 @@ impl Lock {
     /// Waits up to `timeout` seconds (nil: forever); true once held.
     fn acquire(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
         let timeout = convert::optional_seconds(ruby, "timeout", timeout).or_raise(ruby)?;
-        let give_up_at = timeout.map(|timeout| Instant::now() + timeout);
-        let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
-            // A wait resumed after an interrupt that raised nothing keeps
-            // its original deadline.
-            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
-            lock.acquire_interruptibly(left, interrupted)
-        })?;
-        if acquired {
-            return Ok(true);
-        }
-        Err(lockyard::Error::Timeout {
-            what: format!("lock {:?}", rb_self.name),
-            waited: timeout.unwrap_or_default(),
-        })
-        .or_raise(ruby)
+        rb_self.core.acquire_within(
+            ruby,
+            timeout,
+            || format!("lock {:?}", rb_self.name),
+            |lock, left, interrupted| lock.acquire_interruptibly(left, interrupted),
+        )
     }
 
     fn try_lock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {

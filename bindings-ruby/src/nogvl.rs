@@ -13,6 +13,7 @@
 use std::ffi::c_void;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use magnus::rb_sys::{AsRawValue, FromRawValue};
 use magnus::{Error, Integer, Ruby, Value};
@@ -73,6 +74,34 @@ fn current_fiber(_ruby: &Ruby) -> u64 {
     Integer::from_value(id)
         .and_then(|id| id.to_u64().ok())
         .expect("Ruby object ids are non-negative Integers")
+}
+
+impl<T> NoGvl<T> {
+    /// Runs an acquisition that may wait up to `timeout` (None: forever)
+    /// and raises `Lockyard::TimeoutError` about `what` when it runs out.
+    /// `acquire` gets the time left: a wait resumed after an interrupt that
+    /// raised nothing keeps its original deadline.
+    pub(crate) fn acquire_within(
+        &self,
+        ruby: &Ruby,
+        timeout: Option<Duration>,
+        what: impl FnOnce() -> String,
+        acquire: impl Fn(&T, Option<Duration>, &dyn Fn() -> bool) -> lockyard::Result<bool>,
+    ) -> Result<bool, Error> {
+        let give_up_at = timeout.map(|timeout| Instant::now() + timeout);
+        let acquired = self.blocking(ruby, |inner, interrupted| {
+            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+            acquire(inner, left, interrupted)
+        })?;
+        if acquired {
+            return Ok(true);
+        }
+        Err(lockyard::Error::Timeout {
+            what: what(),
+            waited: timeout.unwrap_or_default(),
+        })
+        .or_raise(ruby)
+    }
 }
 
 struct Call<'a, F, R> {

@@ -24,6 +24,7 @@
 //! The API is blocking; a small internal runtime refreshes held locks.
 
 pub mod error;
+pub mod gcs;
 mod health;
 mod holds;
 mod identity;

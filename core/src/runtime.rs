@@ -55,3 +55,9 @@ where
 pub(crate) fn alive_tasks() -> usize {
     handle().metrics().num_alive_tasks()
 }
+
+/// Runs `future` to completion on the calling thread, which must not be the
+/// runtime's; the runtime thread drives its I/O and timers meanwhile.
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
+    handle().block_on(future)
+}

@@ -5,6 +5,9 @@ CLOCK_MONOTONIC in ns, comparable between processes on one machine).
     python worker.py URL NAME --mode count --threads 3 --iterations 20 \
         --hold 0.001 --counter /tmp/counter
 
+URL is a Redis URL, or gs://BUCKET for a GCS lock on the object NAME (with
+STORAGE_EMULATOR_HOST pointing at the emulator, and quick backoff).
+
 Modes:
   count  each thread, `iterations` times: take the lock, read the integer in
          the counter file, sleep `hold`, write it back plus one.
@@ -25,6 +28,7 @@ import threading
 import time
 
 import lockyard
+from lockyard.gcs import Lock as GcsLock
 from lockyard.redis import Lock
 
 LANG = "py"
@@ -171,7 +175,16 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    lock = Lock(args.url, args.name, ttl=args.ttl)
+    if args.url.startswith("gs://"):
+        lock = GcsLock(
+            bucket_name=args.url[len("gs://") :],
+            path=args.name,
+            ttl=args.ttl,
+            backoff_min=0.01,
+            backoff_max=0.05,
+        )
+    else:
+        lock = Lock(args.url, args.name, ttl=args.ttl)
     report("ready", at=now_ns())
     MODES[args.mode](lock, args)
 

@@ -7,6 +7,8 @@
 #
 #   ruby worker.rb URL NAME --mode count --threads 3 --iterations 20 \
 #     --hold 0.001 --counter /tmp/counter
+#
+# URL is a Redis URL, or gs://BUCKET for a GCS lock on the object NAME.
 
 require "json"
 require "optparse"
@@ -130,7 +132,12 @@ module Worker
   def main(argv)
     $stdout.sync = true
     options = parse(argv)
-    lock = Lockyard::Redis::Lock.new(url: options[:url], name: options[:name], ttl: options[:ttl])
+    lock = if options[:url].start_with?("gs://")
+             Lockyard::GCS::Lock.new(bucket_name: options[:url].delete_prefix("gs://"), path: options[:name],
+                                     ttl: options[:ttl], backoff_min: 0.01, backoff_max: 0.05)
+           else
+             Lockyard::Redis::Lock.new(url: options[:url], name: options[:name], ttl: options[:ttl])
+           end
     report("ready", at: now_ns)
     public_send(options[:mode], lock, options)
   end

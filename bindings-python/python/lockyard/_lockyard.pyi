@@ -1,11 +1,20 @@
-"""The native module; use it through ``lockyard`` and ``lockyard.redis``."""
+"""The native module; use it through ``lockyard``, ``lockyard.redis``,
+``lockyard.gcs`` and ``lockyard.quorum``."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
+from typing import Any
 
 from typing_extensions import Self, final
 
-__all__ = ["QuorumRwLock", "RedisLock", "RedisSlot", "RedisWaitGroup", "__version__"]
+__all__ = [
+    "GcsLock",
+    "QuorumRwLock",
+    "RedisLock",
+    "RedisSlot",
+    "RedisWaitGroup",
+    "__version__",
+]
 
 __version__: str
 
@@ -148,3 +157,54 @@ class _Held:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None: ...
+
+@final
+class GcsLock:
+    """A distributed lock on an object in a Google Cloud Storage bucket,
+    exported as ``lockyard.gcs.Lock``. Each thread is a separate holder
+    unless ``thread_safe=False``.
+    """
+
+    def __new__(
+        cls,
+        bucket_name: str,
+        path: str,
+        *,
+        instance_identity_prefix: str | None = None,
+        thread_safe: bool = True,
+        ttl: float = 300.0,
+        refresh_interval: float | None = None,
+        max_refresh_fails: int = 3,
+        backoff_min: float = 1.0,
+        backoff_max: float = 30.0,
+        backoff_multiplier: float = 2.0,
+        object_acl: str | None = None,
+        cloud_storage_options: Mapping[str, Any] | None = None,
+        cloud_storage_bucket_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Self: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+    def acquire(
+        self, timeout: float | None = None, *, blocking: bool = True
+    ) -> bool: ...
+    def try_acquire(self) -> bool: ...
+    def release(self) -> None: ...
+    def unlock(self) -> bool: ...
+    def abandon(self) -> bool: ...
+    @property
+    def healthy(self) -> bool: ...
+    def check_health(self) -> None: ...
+    @property
+    def last_refresh_error(self) -> str | None: ...
+    @property
+    def fencing_token(self) -> int | None: ...
+    def owned(self) -> bool: ...
+    def locked(self) -> bool: ...
+    @property
+    def identity(self) -> str: ...

@@ -19,6 +19,8 @@ module Lockyard
     # Durations are seconds (Integer or Float). Bad arguments raise
     # {Lockyard::ConfigError} before any network access.
     class Lock
+      include Lockyard::Synchronize
+
       # @param url [String] redis://, rediss:// or unix:// URL
       # @param name [String] the lock's name; holders of the same name exclude each other
       # @param ttl [Numeric] how long the lock outlives its holder's last refresh
@@ -43,28 +45,6 @@ module Lockyard
       # @raise [Lockyard::BackendError] if the server cannot be reached
       def lock(timeout: default_timeout)
         acquire(timeout)
-      end
-
-      # Locks, yields, and unlocks however the block is left (exception,
-      # break, return, throw).
-      # @return the block's value
-      def synchronize(timeout: default_timeout)
-        raise ArgumentError, "synchronize needs a block" unless block_given?
-
-        # Interrupts (Thread#raise, Timeout) are let in only while waiting
-        # and inside the block, so none can land between being granted the
-        # lock and the ensure that gives it back.
-        Thread.handle_interrupt(Exception => :never) do
-          held_before = held_by_this_thread?
-          begin
-            Thread.handle_interrupt(Exception => :immediate) do
-              lock(timeout: timeout)
-              yield
-            end
-          ensure
-            unlock if !held_before && held_by_this_thread?
-          end
-        end
       end
 
       # @!method try_lock

@@ -5,7 +5,7 @@ mod lock;
 mod scripts;
 mod semaphore;
 mod server;
-mod settings;
+pub(crate) mod settings;
 mod wait_group;
 
 pub(crate) use keys::check_name;

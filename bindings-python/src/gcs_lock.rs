@@ -1,0 +1,293 @@
+//! `lockyard.gcs.Lock`: the core GCS lock with the Redis lock's Python
+//! idioms and the Ruby gem's constructor options.
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyAny, PyBool, PyDict, PyString};
+
+use crate::convert::{acquire_timeout, count, optional_seconds, seconds, text};
+use crate::error;
+use crate::unlocked::Unlocked;
+
+/// A distributed lock on one object in a Google Cloud Storage bucket.
+///
+/// Each thread is a separate holder (unless ``thread_safe=False``). While
+/// held, the object is refreshed in the background; ``healthy`` and
+/// ``check_health()`` tell whether the lock may have been lost since. The
+/// bucket must exist. Credentials: Application Default Credentials, or
+/// ``cloud_storage_options={"credentials": "/path/key.json"}``;
+/// ``STORAGE_EMULATOR_HOST`` selects an emulator.
+///
+/// >>> lock = Lock(bucket_name="my-bucket", path="locks/deploy", ttl=300.0)
+/// >>> with lock:
+/// ...     lock.check_health()
+#[pyclass(frozen, module = "lockyard.gcs", name = "Lock")]
+pub(crate) struct GcsLock {
+    lock: Unlocked<lockyard::gcs::Lock>,
+}
+
+#[pymethods]
+impl GcsLock {
+    /// Validates every option without sending a request: bad values raise
+    /// ``lockyard.ConfigError``. ``timeout`` is the wait of ``with lock:``
+    /// (None: forever).
+    #[new]
+    #[pyo3(
+        signature = (bucket_name, path, *, instance_identity_prefix=None, thread_safe=None, ttl=None, refresh_interval=None, max_refresh_fails=None, backoff_min=None, backoff_max=None, backoff_multiplier=None, object_acl=None, cloud_storage_options=None, cloud_storage_bucket_options=None, timeout=None),
+        text_signature = "(bucket_name, path, *, instance_identity_prefix=None, thread_safe=True, ttl=300.0, refresh_interval=None, max_refresh_fails=3, backoff_min=1.0, backoff_max=30.0, backoff_multiplier=2.0, object_acl=None, cloud_storage_options=None, cloud_storage_bucket_options=None, timeout=None)"
+    )]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one argument per option of the gem"
+    )]
+    fn new(
+        py: Python<'_>,
+        bucket_name: &Bound<'_, PyAny>,
+        path: &Bound<'_, PyAny>,
+        instance_identity_prefix: Option<&Bound<'_, PyAny>>,
+        thread_safe: Option<&Bound<'_, PyAny>>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        refresh_interval: Option<&Bound<'_, PyAny>>,
+        max_refresh_fails: Option<&Bound<'_, PyAny>>,
+        backoff_min: Option<&Bound<'_, PyAny>>,
+        backoff_max: Option<&Bound<'_, PyAny>>,
+        backoff_multiplier: Option<&Bound<'_, PyAny>>,
+        object_acl: Option<&Bound<'_, PyAny>>,
+        cloud_storage_options: Option<&Bound<'_, PyAny>>,
+        cloud_storage_bucket_options: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let thread_safe = match thread_safe {
+            None => true,
+            Some(value) => value
+                .cast::<PyBool>()
+                .map(|b| b.is_true())
+                .map_err(|_| error::config(py, "thread_safe must be a bool".into()))?,
+        };
+        let mut builder =
+            lockyard::gcs::Lock::builder(text("bucket_name", bucket_name)?, text("path", path)?)
+                .thread_safe(thread_safe)
+                .timeout(optional_seconds("timeout", timeout)?);
+
+        if let Some(prefix) = given(instance_identity_prefix) {
+            builder = builder.instance_identity_prefix(text("instance_identity_prefix", &prefix)?);
+        }
+        if let Some(ttl) = given(ttl) {
+            builder = builder.ttl(seconds("ttl", &ttl)?);
+        }
+        if let Some(every) = optional_seconds("refresh_interval", refresh_interval)? {
+            builder = builder.refresh_interval(every);
+        }
+        if let Some(fails) = given(max_refresh_fails) {
+            builder = builder.max_refresh_fails(count("max_refresh_fails", &fails)?);
+        }
+        if let Some(wait) = given(backoff_min) {
+            builder = builder.backoff_min(seconds("backoff_min", &wait)?);
+        }
+        if let Some(wait) = given(backoff_max) {
+            builder = builder.backoff_max(seconds("backoff_max", &wait)?);
+        }
+        if let Some(factor) = given(backoff_multiplier) {
+            let factor = (!factor.is_instance_of::<PyBool>())
+                .then(|| factor.extract::<f64>().ok())
+                .flatten()
+                .ok_or_else(|| error::config(py, "backoff_multiplier must be a number".into()))?;
+            builder = builder.backoff_multiplier(factor);
+        }
+        if let Some(acl) = given(object_acl) {
+            builder = builder.object_acl(text("object_acl", &acl)?);
+        }
+        for (key, value) in options("cloud_storage_options", cloud_storage_options)? {
+            builder = match key.as_str() {
+                "credentials" | "keyfile" if value.is_instance_of::<PyDict>() => {
+                    let json = py.import("json")?.call_method1("dumps", (value,))?;
+                    builder.credentials_json(json.extract::<String>()?)
+                }
+                "credentials" | "keyfile" => builder.credentials_file(text(&key, &value)?),
+                "emulator_host" => builder.emulator_host(text(&key, &value)?),
+                "endpoint" => builder.endpoint(text(&key, &value)?),
+                "timeout" => builder.request_timeout(seconds(&key, &value)?),
+                // Objects need no project; the bucket names it.
+                "project_id" | "project" => builder,
+                other => return Err(unsupported(py, "cloud_storage_options", other)),
+            };
+        }
+        for (key, value) in options("cloud_storage_bucket_options", cloud_storage_bucket_options)? {
+            builder = match key.as_str() {
+                "user_project" => builder.user_project(text(&key, &value)?),
+                "skip_lookup" => builder,
+                other => return Err(unsupported(py, "cloud_storage_bucket_options", other)),
+            };
+        }
+        Ok(GcsLock {
+            lock: Unlocked::build(py, || builder.build())?,
+        })
+    }
+
+    /// Waits with the constructor's ``timeout``; raises
+    /// ``lockyard.TimeoutError`` when it runs out.
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        let this = slf.get();
+        let py = slf.py();
+        let timeout = this.lock.call(py, |lock| Ok(lock.default_timeout()))?;
+        if this.acquire_within(py, timeout)? {
+            return Ok(slf.clone());
+        }
+        let what = this.lock.call(py, |lock| Ok(lock.identity()))?;
+        Err(error::to_py(
+            py,
+            lockyard::Error::Timeout {
+                what: format!("the GCS lock (as {what})"),
+                waited: timeout.unwrap_or_default(),
+            },
+        ))
+    }
+
+    /// Releases however the block ends; never suppresses its exception.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _traceback: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        self.release(py)
+    }
+
+    /// Waits up to ``timeout`` seconds (None: forever; 0 or
+    /// ``blocking=False``: one attempt). True if acquired, False if the
+    /// timeout ran out, like ``threading.Lock.acquire``.
+    #[pyo3(signature = (timeout=None, *, blocking=true))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        blocking: bool,
+    ) -> PyResult<bool> {
+        let timeout = acquire_timeout(timeout, blocking)?;
+        self.acquire_within(py, timeout)
+    }
+
+    /// One attempt that never waits: True if the lock was free (or stale).
+    fn try_acquire(&self, py: Python<'_>) -> PyResult<bool> {
+        self.acquire_within(py, Some(Duration::ZERO))
+    }
+
+    /// Releases this thread's hold (``lockyard.NotLockedError`` if none);
+    /// logs a warning on the ``lockyard`` logger if the lock had been lost.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        self.lock.call(py, |lock| {
+            if !lock.release()? {
+                log::warn!(
+                    "the GCS lock had been lost before it was released: another holder may have run meanwhile"
+                );
+            }
+            Ok(())
+        })
+    }
+
+    /// Releases like ``release()`` and returns whether the server still had
+    /// the lock (the gem's ``unlock``).
+    fn unlock(&self, py: Python<'_>) -> PyResult<bool> {
+        self.lock.call(py, |lock| lock.release())
+    }
+
+    /// Forgets this thread's hold without touching the server and stops
+    /// refreshing it. True if there was one.
+    fn abandon(&self, py: Python<'_>) -> PyResult<bool> {
+        self.lock.call(py, |lock| Ok(lock.abandon()))
+    }
+
+    /// Whether this thread holds the lock and its lease is surely live.
+    #[getter]
+    fn healthy(&self, py: Python<'_>) -> PyResult<bool> {
+        self.lock.call(py, |lock| Ok(lock.healthy()))
+    }
+
+    /// Raises ``lockyard.LockUnhealthyError`` if this thread's hold may be
+    /// lost, ``lockyard.NotLockedError`` if it holds nothing.
+    fn check_health(&self, py: Python<'_>) -> PyResult<()> {
+        self.lock.call(py, |lock| lock.check_health())
+    }
+
+    /// The last refresh failure, kept after the lock heals or is released.
+    #[getter]
+    fn last_refresh_error(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        self.lock.call(py, |lock| Ok(lock.last_refresh_error()))
+    }
+
+    /// The object generation of this thread's hold; None when not held.
+    #[getter]
+    fn fencing_token(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.lock.call(py, |lock| Ok(lock.fencing_token()))
+    }
+
+    /// Asks the server whether this thread's identity holds the lock.
+    fn owned(&self, py: Python<'_>) -> PyResult<bool> {
+        self.lock.call(py, |lock| lock.owned())
+    }
+
+    /// Asks the server whether the lock object exists.
+    fn locked(&self, py: Python<'_>) -> PyResult<bool> {
+        self.lock.call(py, |lock| lock.locked())
+    }
+
+    /// This thread's holder identity, as stored in the object.
+    #[getter]
+    fn identity(&self, py: Python<'_>) -> PyResult<String> {
+        self.lock.call(py, |lock| Ok(lock.identity()))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let (identity, token) = self
+            .lock
+            .call(py, |lock| Ok((lock.identity(), lock.fencing_token())))?;
+        let held = match token {
+            Some(token) => format!("held, fencing_token={token}"),
+            None => "not held".into(),
+        };
+        Ok(format!(
+            "<lockyard.gcs.Lock identity={identity:?} {held} by this thread>"
+        ))
+    }
+}
+
+impl GcsLock {
+    fn acquire_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
+        self.lock.wait(py, |lock, interrupted| {
+            lock.acquire_interruptibly(timeout, interrupted)
+        })
+    }
+}
+
+/// The items of an options dict (None: none).
+fn options<'py>(
+    what: &str,
+    value: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Vec<(String, Bound<'py, PyAny>)>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let dict = value
+        .cast::<PyDict>()
+        .map_err(|_| error::config(value.py(), format!("{what} must be a dict")))?;
+    dict.iter()
+        .map(|(key, value)| {
+            let key = key
+                .cast::<PyString>()
+                .map_err(|_| error::config(value.py(), format!("{what} keys must be str")))?
+                .to_string();
+            Ok((key, value))
+        })
+        .collect()
+}
+
+fn unsupported(py: Python<'_>, what: &str, key: &str) -> PyErr {
+    error::config(py, format!("{what}: unsupported option {key:?}"))
+}
+
+/// An optional argument that was given and is not None.
+fn given<'py>(value: Option<&Bound<'py, PyAny>>) -> Option<Bound<'py, PyAny>> {
+    value.filter(|v| !v.is_none()).cloned()
+}

@@ -1,0 +1,179 @@
+# frozen_string_literal: true
+
+require "json"
+require "logger"
+
+module Lockyard
+  # Primitives on Google Cloud Storage.
+  module GCS
+    # A distributed lock on one object in a Cloud Storage bucket: the lock
+    # of the gem distributed-lock-google-cloud-storage, with every option
+    # and method of it, and its known flaws fixed (preconditions on
+    # generation and metageneration, waiters that only read, staleness by
+    # the server's clock, the object generation as fencing token).
+    #
+    #   lock = Lockyard::GCS::Lock.new(bucket_name: "my-bucket", path: "locks/deploy")
+    #   lock.synchronize do
+    #     lock.check_health!   # periodically, before each step that must not run twice
+    #   end
+    #
+    # Durations are seconds (Integer or Float). Bad arguments raise
+    # {Lockyard::ConfigError} before any request.
+    class Lock
+      include Lockyard::Synchronize
+
+      # @param bucket_name [String] an existing bucket
+      # @param path [String] the lock object's name in it
+      # @param instance_identity_prefix [String, nil] identities are +<prefix>/<thread>+;
+      #   the default is random hex and the pid. The same prefix recovers its own
+      #   abandoned lock at once.
+      # @param thread_safe [Boolean] false: all threads share one identity and one hold
+      # @param logger [Logger, nil] receives the lock's progress with the gem's levels
+      # @param logger_mutex [Mutex] serializes writes to +logger+
+      # @param ttl [Numeric] a hold not refreshed for this long is stale
+      # @param refresh_interval [Numeric, nil] below ttl / max_refresh_fails
+      #   (default: ttl / (max_refresh_fails * 3))
+      # @param max_refresh_fails [Integer] consecutive transient refresh failures
+      #   that make the lock unhealthy
+      # @param backoff_min [Numeric] @param backoff_max [Numeric]
+      # @param backoff_multiplier [Numeric] waits of a waiter (decorrelated jitter)
+      # @param object_acl [String, Symbol, nil] predefined ACL of the lock object
+      # @param cloud_storage_options [Hash, nil] +credentials+/+keyfile+ (key file path
+      #   or its Hash), +emulator_host+, +endpoint+, +timeout+; +project_id+ is ignored
+      # @param cloud_storage_bucket_options [Hash, nil] +user_project+
+      # @param timeout [Numeric, nil] default wait of {#lock}; nil waits forever
+      # @raise [Lockyard::ConfigError]
+      def self.new(bucket_name:, path:, instance_identity_prefix: nil, thread_safe: true,
+                   logger: nil, logger_mutex: Mutex.new, ttl: 300, refresh_interval: nil,
+                   max_refresh_fails: 3, backoff_min: 1, backoff_max: 30, backoff_multiplier: 2,
+                   object_acl: nil, cloud_storage_options: nil, cloud_storage_bucket_options: nil,
+                   timeout: nil)
+        options = {
+          instance_identity_prefix: instance_identity_prefix, thread_safe: thread_safe,
+          ttl: ttl, refresh_interval: refresh_interval, max_refresh_fails: max_refresh_fails,
+          backoff_min: backoff_min, backoff_max: backoff_max, backoff_multiplier: backoff_multiplier,
+          object_acl: object_acl&.to_s, timeout: timeout, log: !logger.nil?
+        }
+        options.merge!(storage_options(cloud_storage_options), bucket_options(cloud_storage_bucket_options))
+        lock = build(bucket_name, path, options)
+        lock.send(:forward_logs, logger, logger_mutex) if logger
+        lock
+      end
+
+      def self.storage_options(given)
+        (given || {}).each_with_object({}) do |(key, value), options|
+          case key.to_sym
+          when :credentials, :keyfile
+            options[value.is_a?(Hash) ? :credentials_json : :credentials_file] =
+              value.is_a?(Hash) ? JSON.generate(value) : value
+          when :emulator_host, :endpoint then options[key.to_sym] = value
+          when :timeout then options[:request_timeout] = value
+          when :project_id, :project then nil
+          else raise ConfigError, "cloud_storage_options: unsupported option #{key.inspect}"
+          end
+        end
+      end
+
+      def self.bucket_options(given)
+        (given || {}).each_with_object({}) do |(key, value), options|
+          case key.to_sym
+          when :user_project then options[:user_project] = value
+          when :skip_lookup then nil
+          else raise ConfigError, "cloud_storage_bucket_options: unsupported option #{key.inspect}"
+          end
+        end
+      end
+      private_class_method :build, :storage_options, :bucket_options
+
+      # Waits until the calling thread holds the lock (the gem's +lock+).
+      # @param timeout [Numeric, nil] seconds; nil waits forever, 0 tries once
+      # @return [nil]
+      # @raise [Lockyard::TimeoutError] @raise [Lockyard::AlreadyLockedError]
+      # @raise [Lockyard::BackendError] missing bucket, bad credentials, unreachable
+      def lock(timeout: default_timeout)
+        acquire(timeout)
+        nil
+      end
+
+      # Whether the calling thread's hold is healthy: refreshes succeed and
+      # its lease has not run out. Reads a flag; cheap in a loop.
+      # @raise [Lockyard::NotLockedError] if this thread does not hold the lock
+      def healthy?
+        raise NotLockedError, "Not locked" unless owned_according_to_internal_state?
+
+        native_healthy?
+      end
+
+      # The last error that made a refresh fail, kept after the lock heals
+      # or is released (nil if none ever did).
+      # @return [Lockyard::LockUnhealthyError, nil]
+      def last_refresh_error
+        message = refresh_error_message
+        message && LockUnhealthyError.new(message)
+      end
+
+      # @!method try_lock
+      #   One attempt, never waits. @return [Boolean]
+      # @!method unlock
+      #   Deletes exactly the object version this thread holds.
+      #   @return [Boolean] false if the server no longer had it (it went stale
+      #     and was taken over, or was deleted)
+      #   @raise [Lockyard::NotLockedError] if this thread does not hold it
+      # @!method abandon
+      #   Forgets this thread's hold without touching the server; stops refreshing.
+      # @!method check_health!
+      #   @raise [Lockyard::NotLockedError] @raise [Lockyard::LockUnhealthyError]
+      # @!method owned_according_to_server?
+      #   Asks the server whether this thread's identity holds the lock.
+      # @!method locked_according_to_server?
+      #   Asks the server whether the lock object exists.
+      # @!method owned_according_to_internal_state?
+      #   Whether this thread holds it, by this process's own state.
+      # @!method locked_according_to_internal_state?
+      #   Whether any thread of this process holds it, by its own state.
+      # @!method fencing_token
+      #   @return [Integer, nil] the object generation of this thread's hold
+      # @!method identity
+      #   @return [String] this thread's holder identity
+
+      def inspect
+        token = fencing_token
+        "#<#{self.class} identity=#{identity.inspect}#{token ? " fencing_token=#{token}" : ""}>"
+      end
+
+      private
+
+      def held_by_this_thread?
+        owned_according_to_internal_state?
+      end
+
+      SEVERITIES = [Logger::DEBUG, Logger::INFO, Logger::WARN, Logger::ERROR].freeze
+      private_constant :SEVERITIES
+
+      # A Ruby thread hands the core's records to +logger+. It is made by a
+      # class method so that neither it nor the finalizer that stops it
+      # refers to the lock, which can then still be collected.
+      def forward_logs(logger, logger_mutex)
+        thread = self.class.send(:log_forwarder, log_queue, logger, logger_mutex)
+        ObjectSpace.define_finalizer(self, self.class.send(:stopper, thread))
+      end
+
+      def self.log_forwarder(queue, logger, logger_mutex)
+        thread = Thread.new do
+          loop do
+            queue.take(1.0).each do |severity, message|
+              logger_mutex.synchronize { logger.add(SEVERITIES.fetch(severity), message, "lockyard") }
+            end
+          end
+        end
+        thread.report_on_exception = false
+        thread
+      end
+
+      def self.stopper(thread)
+        proc { thread.kill }
+      end
+      private_class_method :log_forwarder, :stopper
+    end
+  end
+end

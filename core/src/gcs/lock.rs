@@ -1,0 +1,311 @@
+//! `gcs::Lock`: the Ruby gem distributed-lock-google-cloud-storage's lock,
+//! with its options, held per thread like the Redis lock. The algorithm is
+//! in `holder.rs`; this file is the public face and the per-thread state.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::holder::{Hold, Holder};
+use super::options::LockBuilder;
+use crate::error::{Error, Result};
+use crate::holds::{Holds, ProcessHolds};
+use crate::identity::{holder_number, random_hex};
+
+/// A distributed mutual-exclusion lock on one object in a Google Cloud
+/// Storage bucket: no infrastructure beyond a bucket you already have.
+///
+/// Taking it creates the object only if absent; a holder that crashed is
+/// recovered once the object's `expires_at` (server time) has passed, or at
+/// once by the same identity; a held lock is refreshed in the background,
+/// and [`Lock::check_health`] tells whether it may have been lost. Each
+/// thread is a separate holder (unless `thread_safe(false)`).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lockyard::gcs::Lock;
+///
+/// let lock = Lock::builder("my-bucket", "locks/deploy")
+///     .ttl(Duration::from_secs(300))
+///     .build()?;
+/// let guard = lock.acquire(Some(Duration::from_secs(600)))?;
+/// guard.check_health()?; // before each step that must not run twice
+/// println!("fencing token (object generation): {}", guard.fencing_token());
+/// guard.release()?;
+/// # Ok::<(), lockyard::Error>(())
+/// ```
+pub struct Lock {
+    holder: Arc<Holder>,
+    /// `None`: random per lock object, with the pid appended at use.
+    identity_prefix: Option<String>,
+    random_prefix: String,
+    thread_safe: bool,
+    default_timeout: Option<Duration>,
+    holds: Holds<u64, Hold>,
+}
+
+impl Lock {
+    /// Options for the lock object `path` in the existing bucket `bucket_name`.
+    pub fn builder(bucket_name: impl Into<String>, path: impl Into<String>) -> LockBuilder {
+        LockBuilder::new(bucket_name.into(), path.into())
+    }
+
+    /// The lock over `holder`, as validated options describe it.
+    pub(super) fn from_parts(
+        holder: Holder,
+        identity_prefix: Option<String>,
+        thread_safe: bool,
+        default_timeout: Option<Duration>,
+    ) -> Lock {
+        Lock {
+            holder: Arc::new(holder),
+            identity_prefix,
+            random_prefix: random_hex(12),
+            thread_safe,
+            default_timeout,
+            holds: Holds::new(),
+        }
+    }
+
+    /// Waits up to `timeout` (None: forever) and returns a guard that
+    /// releases the lock when dropped.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out, [`Error::AlreadyLocked`]
+    /// if this thread holds it already, [`Error::Backend`] if the bucket
+    /// cannot be used (missing, no permission, unreachable).
+    pub fn acquire(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
+        if self.acquire_interruptibly(timeout, &|| false)? {
+            Ok(LockGuard::new(self))
+        } else {
+            Err(Error::Timeout {
+                what: self.holder.what.clone(),
+                waited: timeout.unwrap_or_default(),
+            })
+        }
+    }
+
+    /// One attempt, never waits (beyond clearing a stale object).
+    pub fn try_acquire(&self) -> Result<Option<LockGuard<'_>>> {
+        let acquired = self.acquire_interruptibly(Some(Duration::ZERO), &|| false)?;
+        Ok(acquired.then(|| LockGuard::new(self)))
+    }
+
+    /// Waits with the builder's `timeout`, like [`Lock::acquire`].
+    pub fn lock(&self) -> Result<LockGuard<'_>> {
+        self.acquire(self.default_timeout)
+    }
+
+    /// The builder's `timeout`.
+    pub fn default_timeout(&self) -> Option<Duration> {
+        self.default_timeout
+    }
+
+    /// The TTL.
+    pub fn ttl(&self) -> Duration {
+        self.holder.lease.ttl
+    }
+
+    /// Acquires for the calling thread without a guard (for bindings).
+    /// `interrupted` is polled at least every 50 ms while waiting between
+    /// requests; when it returns true the wait ends with
+    /// [`Error::Interrupted`] and nothing is held. Ok(false): timed out.
+    pub fn acquire_interruptibly(
+        &self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let key = self.key();
+        if self.holds().contains_key(&key) {
+            return Err(Error::AlreadyLocked(self.holder.what.clone()));
+        }
+        match self
+            .holder
+            .acquire(&self.identity(), timeout, interrupted)?
+        {
+            Some(hold) => {
+                self.holds().insert(key, hold);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Releases the calling thread's hold: deletes exactly the object
+    /// version it holds. Ok(false) when the server no longer had it (it went
+    /// stale and was taken over, or was deleted).
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling thread does not hold it.
+    pub fn release(&self) -> Result<bool> {
+        let hold = self
+            .holds()
+            .remove(&self.key())
+            .ok_or_else(|| Error::NotLocked(self.holder.what.clone()))?;
+        let released = self.holder.release(hold);
+        if let Ok(true) = released {
+            self.holder.log(log::Level::Debug, || "Unlocked".into());
+        }
+        released
+    }
+
+    /// Forgets the calling thread's hold without touching the server and
+    /// stops refreshing it (the gem's `abandon`); the object stays until it
+    /// goes stale or the same identity takes it again. True if there was one.
+    pub fn abandon(&self) -> bool {
+        let hold = self.holds().remove(&self.key());
+        hold.map(|hold| hold.stop()).is_some()
+    }
+
+    /// Whether the calling thread holds the lock and its lease is surely
+    /// still live. Reads a flag and the clock; no request.
+    pub fn healthy(&self) -> bool {
+        self.holds()
+            .get(&self.key())
+            .is_some_and(|h| h.health.is_healthy())
+    }
+
+    /// Ok if the calling thread holds the lock and it is healthy.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
+    pub fn check_health(&self) -> Result<()> {
+        let what = &self.holder.what;
+        let holds = self.holds();
+        let hold = holds
+            .get(&self.key())
+            .ok_or_else(|| Error::NotLocked(what.clone()))?;
+        match hold.health.problem() {
+            None => Ok(()),
+            Some(reason) => Err(Error::LockUnhealthy {
+                what: what.clone(),
+                reason,
+            }),
+        }
+    }
+
+    /// The last refresh failure (of any hold of this lock object), kept
+    /// after the lock heals or is released, as in the gem.
+    pub fn last_refresh_error(&self) -> Option<String> {
+        self.holder
+            .last_refresh_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The object generation of the calling thread's hold: a new holder
+    /// always gets a larger one, so it serves as a fencing token.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.holds().get(&self.key()).map(|h| h.generation as u64)
+    }
+
+    /// Whether the calling thread holds it by this process's own state.
+    pub fn owned_according_to_internal_state(&self) -> bool {
+        self.holds().contains_key(&self.key())
+    }
+
+    /// Whether any thread of this process holds it by its own state.
+    pub fn locked_according_to_internal_state(&self) -> bool {
+        !self.holds().is_empty()
+    }
+
+    /// Asks the server whether the calling thread's identity holds it.
+    pub fn owned(&self) -> Result<bool> {
+        Ok(self.holder.inspect(&self.identity())?.1)
+    }
+
+    /// Asks the server whether the lock object exists (stale or not).
+    pub fn locked(&self) -> Result<bool> {
+        Ok(self.holder.inspect(&self.identity())?.0)
+    }
+
+    /// The calling thread's holder identity, as stored in the object.
+    pub fn identity(&self) -> String {
+        let prefix = match &self.identity_prefix {
+            Some(prefix) => prefix.clone(),
+            None => format!("{}-{}", self.random_prefix, std::process::id()),
+        };
+        if self.thread_safe {
+            format!("{prefix}/{}", holder_number())
+        } else {
+            prefix
+        }
+    }
+
+    /// The holder: the calling thread, or the whole process when the lock
+    /// is not thread-safe (the gem's `thread_safe: false`).
+    fn key(&self) -> u64 {
+        if self.thread_safe {
+            holder_number()
+        } else {
+            0
+        }
+    }
+
+    fn holds(&self) -> ProcessHolds<'_, u64, Hold> {
+        self.holds.get()
+    }
+}
+
+impl Drop for Lock {
+    /// A dropped lock gives back what this process still holds.
+    fn drop(&mut self) {
+        for hold in self.holds.drain() {
+            if let Err(e) = self.holder.release(hold) {
+                log::warn!("releasing {} on drop failed: {e}", self.holder.what);
+            }
+        }
+    }
+}
+
+/// Proof that the calling thread holds a [`Lock`]; releases it on drop.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard<'a> {
+    lock: &'a Lock,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> LockGuard<'a> {
+    fn new(lock: &'a Lock) -> Self {
+        LockGuard {
+            lock,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// See [`Lock::fencing_token`].
+    pub fn fencing_token(&self) -> u64 {
+        self.lock
+            .fencing_token()
+            .expect("a guard's thread holds the lock")
+    }
+
+    /// See [`Lock::healthy`].
+    pub fn healthy(&self) -> bool {
+        self.lock.healthy()
+    }
+
+    /// See [`Lock::check_health`].
+    pub fn check_health(&self) -> Result<()> {
+        self.lock.check_health()
+    }
+
+    /// Releases now and reports whether the server still had it.
+    pub fn release(mut self) -> Result<bool> {
+        self.released = true;
+        self.lock.release()
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        if !self.released {
+            if let Err(e) = self.lock.release() {
+                log::warn!("releasing a lock guard failed: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! A lock on Google Cloud Storage: the algorithm of the Ruby gem
+//! distributed-lock-google-cloud-storage, with its known flaws fixed.
+//!
+//! - `lock.rs`: the public [`Lock`]; `options.rs`: its options;
+//! - `holder.rs`: the algorithm, against any [`Store`]; `refresh.rs`: keeping
+//!   a hold alive; `clock.rs`: the server's clock;
+//! - `client.rs`: the JSON API over HTTPS; `auth.rs`: endpoint and credentials;
+//! - `store.rs`: the four conditional operations the algorithm needs.
+//!
+//! See `README.md` in this directory for the choice of crates.
+
+mod auth;
+mod backoff;
+mod client;
+mod clock;
+mod holder;
+mod lock;
+mod options;
+mod refresh;
+mod store;
+
+pub use holder::LogSink;
+pub use lock::{Lock, LockGuard};
+pub use options::LockBuilder;
+pub use store::{LockObject, Metadata, Reply, Store, StoreError, StoreFuture, Version};

@@ -1,0 +1,240 @@
+//! The options of [`Lock`], with the gem's names, defaults and rules.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::auth::{Auth, Credentials, Endpoint};
+use super::backoff::Backoff;
+use super::client::{HttpOptions, HttpStore};
+use super::clock::ServerClock;
+use super::holder::{Holder, LogSink};
+use super::lock::Lock;
+use super::store::Store;
+use crate::error::{Error, Result};
+use crate::redis::settings::Lease;
+
+/// Options for a [`Lock`]; start with [`Lock::builder`]. Names and
+/// defaults are the gem's.
+#[derive(Clone)]
+#[must_use]
+pub struct LockBuilder {
+    bucket_name: String,
+    path: String,
+    ttl: Duration,
+    timeout: Option<Duration>,
+    refresh_interval: Option<Duration>,
+    max_refresh_fails: u32,
+    backoff_min: Duration,
+    backoff_max: Duration,
+    backoff_multiplier: f64,
+    instance_identity_prefix: Option<String>,
+    thread_safe: bool,
+    object_acl: Option<String>,
+    credentials: Credentials,
+    emulator_host: Option<String>,
+    endpoint: Option<String>,
+    user_project: Option<String>,
+    request_timeout: Duration,
+    log: Option<LogSink>,
+    store: Option<Arc<dyn Store>>,
+}
+
+impl LockBuilder {
+    pub(super) fn new(bucket_name: String, path: String) -> Self {
+        LockBuilder {
+            bucket_name,
+            path,
+            ttl: Duration::from_secs(300),
+            timeout: None,
+            refresh_interval: None,
+            max_refresh_fails: 3,
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+            backoff_multiplier: 2.0,
+            instance_identity_prefix: None,
+            thread_safe: true,
+            object_acl: None,
+            credentials: Credentials::Default,
+            emulator_host: None,
+            endpoint: None,
+            user_project: None,
+            request_timeout: Duration::from_secs(20),
+            log: None,
+            store: None,
+        }
+    }
+
+    /// How long the lock outlives its holder's last refresh (default 300 s).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// The wait of [`Lock::lock`] (default: forever).
+    pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Refresh period, below ttl / max_refresh_fails (default a third of that).
+    pub fn refresh_interval(mut self, every: Duration) -> Self {
+        self.refresh_interval = Some(every);
+        self
+    }
+    /// Consecutive transient refresh failures that make it unhealthy (default 3).
+    pub fn max_refresh_fails(mut self, count: u32) -> Self {
+        self.max_refresh_fails = count;
+        self
+    }
+    /// First wait of a waiter, and the least one (default 1 s).
+    pub fn backoff_min(mut self, wait: Duration) -> Self {
+        self.backoff_min = wait;
+        self
+    }
+    /// Longest wait between two looks at a held lock (default 30 s).
+    pub fn backoff_max(mut self, wait: Duration) -> Self {
+        self.backoff_max = wait;
+        self
+    }
+    /// Growth of the waits (default 2).
+    pub fn backoff_multiplier(mut self, factor: f64) -> Self {
+        self.backoff_multiplier = factor;
+        self
+    }
+    /// Holder identities are `<prefix>/<thread>` (or just `<prefix>` when
+    /// not thread-safe). The default is random hex and the pid. The same
+    /// prefix after a restart recovers its own abandoned lock at once.
+    pub fn instance_identity_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.instance_identity_prefix = Some(prefix.into());
+        self
+    }
+    /// With `false`, all threads share one identity and one hold, as in the gem.
+    pub fn thread_safe(mut self, thread_safe: bool) -> Self {
+        self.thread_safe = thread_safe;
+        self
+    }
+    /// A predefined ACL for the lock object: `private`, `projectPrivate`,
+    /// `publicRead`, `authenticatedRead`, `bucketOwnerRead`,
+    /// `bucketOwnerFullControl` (or the Ruby client's snake_case aliases).
+    pub fn object_acl(mut self, acl: impl Into<String>) -> Self {
+        self.object_acl = Some(acl.into());
+        self
+    }
+    /// A service-account key file instead of Application Default Credentials.
+    pub fn credentials_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.credentials = Credentials::KeyFile(path.into());
+        self
+    }
+    /// The contents of a service-account key file.
+    pub fn credentials_json(mut self, json: impl Into<String>) -> Self {
+        self.credentials = Credentials::KeyJson(json.into());
+        self
+    }
+    /// An emulator (`host:port` or a URL), reached without credentials;
+    /// `STORAGE_EMULATOR_HOST` does the same.
+    pub fn emulator_host(mut self, host: impl Into<String>) -> Self {
+        self.emulator_host = Some(host.into());
+        self
+    }
+    /// Another JSON API endpoint, reached with credentials.
+    pub fn endpoint(mut self, url: impl Into<String>) -> Self {
+        self.endpoint = Some(url.into());
+        self
+    }
+    /// The project billed for a requester-pays bucket.
+    pub fn user_project(mut self, project: impl Into<String>) -> Self {
+        self.user_project = Some(project.into());
+        self
+    }
+    /// How long one HTTP request may take before it counts as a transient
+    /// failure (default 20 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+    /// Where log records go (default: the `log` crate, target `lockyard`).
+    pub fn log_sink(mut self, sink: LogSink) -> Self {
+        self.log = Some(sink);
+        self
+    }
+    /// Another [`Store`] than the JSON API (a fault-injecting one in tests).
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Validates the options; sends no request.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an empty bucket name or path, a TTL under 1 ms,
+    /// a refresh interval not below ttl / max_refresh_fails, backoff_min
+    /// above backoff_max, a negative multiplier, an unknown ACL.
+    pub fn build(self) -> Result<Lock> {
+        if self.bucket_name.is_empty() {
+            return Err(Error::config("bucket_name must not be empty"));
+        }
+        if self.path.is_empty() {
+            return Err(Error::config("path must not be empty"));
+        }
+        let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
+        let backoff = Backoff::new(self.backoff_min, self.backoff_max, self.backoff_multiplier)?;
+        if self.request_timeout.is_zero() {
+            return Err(Error::config("request_timeout must be positive"));
+        }
+        if self.instance_identity_prefix.as_deref() == Some("") {
+            return Err(Error::config("instance_identity_prefix must not be empty"));
+        }
+        let predefined_acl = self.object_acl.as_deref().map(predefined_acl).transpose()?;
+        let store = match self.store {
+            Some(store) => store,
+            None => Arc::new(HttpStore::new(
+                &self.bucket_name,
+                &self.path,
+                HttpOptions {
+                    endpoint: Endpoint::resolve(
+                        self.emulator_host.as_deref(),
+                        self.endpoint.as_deref(),
+                    ),
+                    auth: Auth::new(self.credentials),
+                    predefined_acl,
+                    user_project: self.user_project,
+                    request_timeout: self.request_timeout,
+                },
+            )),
+        };
+        let log = self.log.unwrap_or_else(|| {
+            Arc::new(|level, message: &str| log::log!(target: "lockyard", level, "{message}"))
+        });
+        let holder = Holder {
+            what: format!("lock {}", store.describe()),
+            store,
+            lease,
+            backoff,
+            request_timeout: self.request_timeout,
+            log,
+            clock: ServerClock::default(),
+            last_refresh_error: Mutex::new(None),
+        };
+        Ok(Lock::from_parts(
+            holder,
+            self.instance_identity_prefix,
+            self.thread_safe,
+            self.timeout,
+        ))
+    }
+}
+
+/// The JSON API's `predefinedAcl` for the gem's (Ruby client's) names.
+fn predefined_acl(name: &str) -> Result<String> {
+    let canonical = match name {
+        "private" => "private",
+        "projectPrivate" | "project_private" => "projectPrivate",
+        "publicRead" | "public_read" | "public" => "publicRead",
+        "authenticatedRead" | "authenticated_read" | "authenticated" | "auth_read" | "auth" => {
+            "authenticatedRead"
+        }
+        "bucketOwnerRead" | "owner_read" => "bucketOwnerRead",
+        "bucketOwnerFullControl" | "owner_full" => "bucketOwnerFullControl",
+        other => return Err(Error::config(format!("unknown object_acl {other:?}"))),
+    };
+    Ok(canonical.to_owned())
+}
