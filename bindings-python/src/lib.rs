@@ -6,9 +6,11 @@
 use pyo3::prelude::*;
 
 mod convert;
+mod election;
 mod error;
 mod lock;
 mod logging;
+mod session;
 mod unlocked;
 
 #[pymodule]
@@ -18,5 +20,19 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // Under backend-qualified names: `lockyard.redis.Lock` re-exports this
     // one, and other backends' classes are called `Lock` as well.
     module.add("RedisLock", module.py().get_type::<lock::RedisLock>())?;
+    module.add(
+        "RedisSession",
+        module.py().get_type::<session::RedisSession>(),
+    )?;
+    module.add(
+        "RedisElection",
+        module.py().get_type::<election::RedisElection>(),
+    )?;
+    module.add(
+        "RedisObserver",
+        module.py().get_type::<election::Observer>(),
+    )?;
+    module.add("RedisTerm", module.py().get_type::<election::Term>())?;
+    module.add_function(wrap_pyfunction!(session::redis_holder, module)?)?;
     Ok(())
 }

@@ -8,6 +8,7 @@ use pyo3::types::PyAny;
 
 use crate::convert::{count, optional_seconds, seconds, text};
 use crate::error;
+use crate::session::RedisSession;
 use crate::unlocked::Unlocked;
 
 /// A distributed lock on a Redis server (or Redis Cluster).
@@ -30,11 +31,12 @@ pub(crate) struct RedisLock {
 impl RedisLock {
     /// Validates every option without touching the server: bad values raise
     /// ``lockyard.ConfigError``. ``timeout`` is the wait of ``with lock:``
-    /// (None: forever).
+    /// (None: forever). Under a ``session`` the lock has no ``ttl`` of its
+    /// own and stores ``value`` with each grant (see ``holder()``).
     #[new]
     #[pyo3(
-        signature = (url, name, ttl=None, timeout=None, *, refresh_interval=None, max_refresh_fails=None, identity_prefix=None, connect_timeout=None),
-        text_signature = "(url, name, ttl=30.0, timeout=None, *, refresh_interval=None, max_refresh_fails=3, identity_prefix=None, connect_timeout=5.0)"
+        signature = (url, name, ttl=None, timeout=None, *, refresh_interval=None, max_refresh_fails=None, identity_prefix=None, connect_timeout=None, session=None, value=None),
+        text_signature = "(url, name, ttl=30.0, timeout=None, *, refresh_interval=None, max_refresh_fails=3, identity_prefix=None, connect_timeout=5.0, session=None, value=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -47,6 +49,8 @@ impl RedisLock {
         max_refresh_fails: Option<&Bound<'_, PyAny>>,
         identity_prefix: Option<&Bound<'_, PyAny>>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
+        session: Option<&Bound<'_, RedisSession>>,
+        value: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let name = text("name", name)?;
         let mut builder = lockyard::redis::Lock::builder(text("url", url)?, name.clone())
@@ -65,6 +69,12 @@ impl RedisLock {
         }
         if let Some(connect_timeout) = connect_timeout {
             builder = builder.connect_timeout(seconds("connect_timeout", connect_timeout)?);
+        }
+        if let Some(value) = value.filter(|v| !v.is_none()) {
+            builder = builder.value(text("value", value)?);
+        }
+        if let Some(session) = session {
+            builder = session.get().session.call(py, |s| Ok(builder.session(s)))?;
         }
         Ok(RedisLock {
             lock: Unlocked::build(py, || builder.build())?,
