@@ -1,19 +1,23 @@
-//! The Ruby binding of lockyard: `Lockyard::Redis::Lock` and the error
-//! mapping. The pure-Ruby idioms (keyword arguments, `synchronize`) live in
+//! The Ruby binding of lockyard: `Lockyard::Redis::Lock`, `Session`,
+//! `Election` and the error mapping. The pure-Ruby idioms (keyword arguments, `synchronize`) live in
 //! `lib/lockyard/`; this crate only converts arguments, releases the GVL
 //! around blocking calls and maps errors.
 
 use magnus::{prelude::*, Error, Ruby};
 
 mod convert;
+mod election;
 mod errors;
 mod lock;
 mod nogvl;
+mod session;
 
 #[magnus::init(name = "lockyard_ruby")]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     let lockyard = ruby.define_module("Lockyard")?;
     lockyard.const_set("VERSION", env!("CARGO_PKG_VERSION"))?;
     let redis = lockyard.define_module("Redis")?;
-    lock::define(ruby, redis)
+    lock::define(ruby, redis)?;
+    session::define(ruby, redis)?;
+    election::define(ruby, redis)
 }
