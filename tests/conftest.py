@@ -26,16 +26,17 @@ WORKERS = Path(__file__).resolve().parent / "workers"
 RUBY_DEV_LIB = ROOT / "bindings-ruby" / "lib"
 
 
-def worker_command(lang: str) -> list[str]:
+def worker_command(lang: str, script: str = "worker") -> list[str]:
+    """How to run tests/workers/<script>.py or .rb."""
     if lang == "py":
         return [
             os.environ.get("LOCKYARD_TEST_PYTHON", sys.executable),
-            str(WORKERS / "worker.py"),
+            str(WORKERS / f"{script}.py"),
         ]
     ruby = os.environ.get("LOCKYARD_TEST_RUBY", "ruby")
     dev_build = list((RUBY_DEV_LIB / "lockyard").glob("*.so"))
     include = ["-I", str(RUBY_DEV_LIB)] if dev_build else []
-    return [ruby, *include, str(WORKERS / "worker.rb")]
+    return [ruby, *include, str(WORKERS / f"{script}.rb")]
 
 
 def free_port() -> int:
@@ -92,11 +93,13 @@ class RedisServer:
 class Worker:
     """One worker process; its JSON-line reports arrive in `records`."""
 
-    def __init__(self, lang: str, args: list[str], stderr_path: Path):
+    def __init__(
+        self, lang: str, args: list[str], stderr_path: Path, script: str = "worker"
+    ):
         self.lang = lang
         self.stderr_path = stderr_path
         self.process = subprocess.Popen(
-            [*worker_command(lang), *args],
+            [*worker_command(lang, script), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr_path.open("w"),
@@ -175,11 +178,20 @@ class Workers:
         self.started: list[Worker] = []
 
     def start(self, lang: str, name: str, mode: str, **options) -> Worker:
-        args = [self.server.url, name, "--mode", mode]
+        """A worker.py / worker.rb on the lock `name`."""
+        return self._launch(lang, "worker", [name, "--mode", mode], options)
+
+    def start_job_server(self, lang: str, server: str, **options) -> Worker:
+        """A job_server.py / job_server.rb called `server` (options with
+        dashes, e.g. lock_delay=1 becomes --lock-delay 1)."""
+        return self._launch(lang, "job_server", [server], options)
+
+    def _launch(self, lang: str, script: str, args: list[str], options) -> Worker:
+        args = [self.server.url, *args]
         for option, value in options.items():
-            args += [f"--{option}", str(value)]
+            args += [f"--{option.replace('_', '-')}", str(value)]
         stderr_path = self.directory / f"worker-{len(self.started)}-{lang}.stderr"
-        worker = Worker(lang, args, stderr_path)
+        worker = Worker(lang, args, stderr_path, script)
         self.started.append(worker)
         return worker
 
