@@ -1,10 +1,10 @@
 """Python and Ruby processes share one lockyard Lock; one of them is killed
 while holding it. Prints who held the lock when, and what that proves.
+Then job servers share tasks under sessions (job_servers.py).
 
 Run by scripts/demo, which starts the Redis server:  python demo/demo.py URL
 """
 
-import json
 import signal
 import subprocess
 import sys
@@ -13,9 +13,8 @@ import time
 from itertools import pairwise
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-WORKERS = ROOT / "tests" / "workers"
-RUBY_DEV_LIB = ROOT / "bindings-ruby" / "lib"
+import job_servers
+from processes import LANGUAGES, records, worker_command
 
 LOCK_NAME = "demo"
 TTL = 2.0
@@ -23,24 +22,11 @@ ROUNDS = 3
 HOLD = 0.15
 PROCESSES = ["py", "rb", "py", "rb", "py", "rb"]
 KILL_AFTER = 0.8
-LANGUAGES = {"py": "Python", "rb": "Ruby"}
-
-
-def worker_command(lang: str) -> list[str]:
-    if lang == "py":
-        return [sys.executable, str(WORKERS / "worker.py")]
-    dev_build = list((RUBY_DEV_LIB / "lockyard").glob("*.so"))
-    include = ["-I", str(RUBY_DEV_LIB)] if dev_build else []
-    return ["ruby", *include, str(WORKERS / "worker.rb")]
 
 
 def start(lang: str, url: str, log: Path, *options: str) -> subprocess.Popen:
-    command = [*worker_command(lang), url, LOCK_NAME, "--ttl", str(TTL), *options]
+    command = [*worker_command(lang, "worker"), url, LOCK_NAME, "--ttl", str(TTL), *options]
     return subprocess.Popen(command, stdout=log.open("w"))
-
-
-def records(log: Path) -> list[dict]:
-    return [json.loads(line) for line in log.read_text().splitlines()]
 
 
 def wait_for_event(log: Path, event: str, timeout: float = 10.0) -> dict:
@@ -178,6 +164,8 @@ def main() -> None:
         sys.exit(__doc__)
     with tempfile.TemporaryDirectory(prefix="lockyard-demo-") as directory:
         report(*run(sys.argv[1], Path(directory)))
+    with tempfile.TemporaryDirectory(prefix="lockyard-demo-") as directory:
+        job_servers.report(*job_servers.run(sys.argv[1], Path(directory)))
 
 
 if __name__ == "__main__":
