@@ -155,6 +155,12 @@ class Worker:
     def events(self, event: str) -> list[dict]:
         return [r for r in self.records if r["event"] == event]
 
+    def tell(self, command: str) -> dict:
+        """Sends one command line and returns the report it causes."""
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self.wait_for(command)
+
     def close_stdin(self) -> None:
         self.process.stdin.close()
 
@@ -185,6 +191,10 @@ class Workers:
         """A job_server.py / job_server.rb called `server` (options with
         dashes, e.g. lock_delay=1 becomes --lock-delay 1)."""
         return self._launch(lang, "job_server", [server], options)
+
+    def start_campaigner(self, lang: str, name: str, value: str) -> Worker:
+        """A campaigner.py / campaigner.rb for the election `name`."""
+        return self._launch(lang, "campaigner", [name, value], {})
 
     def _launch(self, lang: str, script: str, args: list[str], options) -> Worker:
         args = [self.server.url, *args]
