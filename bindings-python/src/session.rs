@@ -17,6 +17,8 @@ use crate::unlocked::{self, Unlocked};
 /// ``behavior`` says what the session's end does to its locks' values:
 /// ``"release"`` keeps each value readable by ``lockyard.redis.holder()``
 /// until the name is taken again (at most an hour), ``"delete"`` deletes it.
+/// After ``destroy()`` only self-expiring keys stay in Redis: each name's
+/// fencing counter, a value kept by ``"release"``, an election's terms.
 ///
 /// >>> with Session("redis://127.0.0.1:6379/0", ttl=15.0) as session:
 /// ...     session.check_health()

@@ -122,6 +122,8 @@ module Lockyard
     # exactly as long as the session, share its health, and are freed at
     # once by {#destroy}. A session lost without {#destroy} (its process
     # crashed or paused past ttl) bars its locks for +lock_delay+ more seconds.
+    # After {#destroy} only self-expiring keys stay in Redis: each name's
+    # fencing counter, a value kept by "release", an election's terms.
     #
     #   Lockyard::Redis::Session.open(url: url, ttl: 15) do |session|
     #     Lockyard::Redis.each_exclusive(url: url, names: tasks, session: session) { |task| run(task) }

@@ -8,6 +8,14 @@
 //! grant under it is an ordinary grant of its name whose `bound` entry
 //! records the session's lock_delay and behavior and the grant's value
 //! (see `scripts/prelude.lua`).
+//!
+//! What stays in Redis after [`Session::destroy`]: only keys that expire on
+//! their own — each name's fencing counter (ttl + 1 h after its last
+//! grant, as for every lock), the value a [`Behavior::Release`] session
+//! left behind (1 h, or until the name is granted again), and an
+//! election's terms stream (1 h after its last term). A session lost
+//! without `destroy()` leaves its grants until ttl + lock_delay, then the
+//! same.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
