@@ -463,7 +463,7 @@ impl Semaphore {
             fence,
             health: binding.health(),
             _keeper: Keeper::Session {
-                _membership: binding.join(member),
+                _membership: binding.join(member)?,
             },
         })
     }

@@ -270,12 +270,16 @@ impl SessionState {
     /// Whether new grants may be taken under the session.
     pub(crate) fn usable(&self) -> Result<()> {
         if self.destroyed.load(Ordering::Acquire) {
-            return Err(Error::config(format!(
-                "{} was destroyed; locks cannot be bound to it",
-                self.what()
-            )));
+            return Err(self.destroyed_error());
         }
         self.check_health()
+    }
+
+    fn destroyed_error(&self) -> Error {
+        Error::config(format!(
+            "{} was destroyed; locks cannot be bound to it",
+            self.what()
+        ))
     }
 
     fn check_health(&self) -> Result<()> {
@@ -364,13 +368,22 @@ impl Binding {
         self.state.health.clone()
     }
 
-    pub(crate) fn join(&self, member: Member) -> Membership {
+    /// Puts a new grant under the session's renewal. A grant that raced
+    /// with [`Session::destroy`] (granted after destroy drained the
+    /// session) is given back here instead of outliving the session.
+    pub(crate) fn join(&self, member: Member) -> Result<Membership> {
         let id = self.state.next_member.fetch_add(1, Ordering::Relaxed);
-        self.state.members().insert(id, member);
-        Membership {
+        self.state.members().insert(id, member.clone());
+        let membership = Membership {
             state: self.state.clone(),
             id,
+        };
+        if self.state.destroyed.load(Ordering::Acquire) {
+            drop(membership);
+            member.release()?;
+            return Err(self.state.destroyed_error());
         }
+        Ok(membership)
     }
 }
 
