@@ -1,12 +1,11 @@
 """Python and Ruby processes share one lockyard Lock; one of them is killed
 while holding it. Prints who held the lock when, and what that proves.
+Then job servers share tasks under sessions (job_servers.py).
 
 Run by scripts/demo, which starts the Redis server:  python demo/demo.py URL
 (`python demo/demo.py --check` lists what is missing to run it.)
 """
 
-import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,10 +14,8 @@ import time
 from itertools import pairwise
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "workers"))
-
-from commands import worker_command
+import job_servers
+from processes import LANGUAGES, records, worker_command
 
 LOCK_NAME = "demo"
 TTL = 2.0
@@ -26,16 +23,11 @@ ROUNDS = 3
 HOLD = 0.15
 PROCESSES = ["py", "rb", "py", "rb", "py", "rb"]
 KILL_AFTER = 0.8
-LANGUAGES = {"py": "Python", "rb": "Ruby"}
 
 
 def start(lang: str, url: str, log: Path, *options: str) -> subprocess.Popen:
-    command = [*worker_command(lang), url, LOCK_NAME, "--ttl", str(TTL), *options]
+    command = [*worker_command(lang, "worker"), url, LOCK_NAME, "--ttl", str(TTL), *options]
     return subprocess.Popen(command, stdout=log.open("w"))
-
-
-def records(log: Path) -> list[dict]:
-    return [json.loads(line) for line in log.read_text().splitlines()]
 
 
 def wait_for_event(log: Path, event: str, timeout: float = 10.0) -> dict:
@@ -192,6 +184,8 @@ def main() -> None:
         sys.exit(__doc__)
     with tempfile.TemporaryDirectory(prefix="lockyard-demo-") as directory:
         report(*run(sys.argv[1], Path(directory)))
+    with tempfile.TemporaryDirectory(prefix="lockyard-demo-") as directory:
+        job_servers.report(*job_servers.run(sys.argv[1], Path(directory)))
 
 
 if __name__ == "__main__":

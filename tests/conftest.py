@@ -78,11 +78,13 @@ class RedisServer:
 class Worker:
     """One worker process; its JSON-line reports arrive in `records`."""
 
-    def __init__(self, lang: str, args: list[str], stderr_path: Path):
+    def __init__(
+        self, lang: str, args: list[str], stderr_path: Path, script: str = "worker"
+    ):
         self.lang = lang
         self.stderr_path = stderr_path
         self.process = subprocess.Popen(
-            [*worker_command(lang), *args],
+            [*worker_command(lang, script), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr_path.open("w"),
@@ -138,6 +140,12 @@ class Worker:
     def events(self, event: str) -> list[dict]:
         return [r for r in self.records if r["event"] == event]
 
+    def tell(self, command: str) -> dict:
+        """Sends one command line and returns the report it causes."""
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self.wait_for(command)
+
     def close_stdin(self) -> None:
         self.process.stdin.close()
 
@@ -161,11 +169,24 @@ class Workers:
         self.started: list[Worker] = []
 
     def start(self, lang: str, name: str, mode: str, **options) -> Worker:
-        args = [self.server.url, name, "--mode", mode]
+        """A worker.py / worker.rb on the lock `name`."""
+        return self._launch(lang, "worker", [name, "--mode", mode], options)
+
+    def start_job_server(self, lang: str, server: str, **options) -> Worker:
+        """A job_server.py / job_server.rb called `server` (options with
+        dashes, e.g. lock_delay=1 becomes --lock-delay 1)."""
+        return self._launch(lang, "job_server", [server], options)
+
+    def start_campaigner(self, lang: str, name: str, value: str) -> Worker:
+        """A campaigner.py / campaigner.rb for the election `name`."""
+        return self._launch(lang, "campaigner", [name, value], {})
+
+    def _launch(self, lang: str, script: str, args: list[str], options) -> Worker:
+        args = [self.server.url, *args]
         for option, value in options.items():
-            args += [f"--{option}", str(value)]
+            args += [f"--{option.replace('_', '-')}", str(value)]
         stderr_path = self.directory / f"worker-{len(self.started)}-{lang}.stderr"
-        worker = Worker(lang, args, stderr_path)
+        worker = Worker(lang, args, stderr_path, script)
         self.started.append(worker)
         return worker
 

@@ -6,11 +6,13 @@
 use pyo3::prelude::*;
 
 mod convert;
+mod election;
 mod error;
 mod gcs_lock;
 mod lock;
 mod logging;
 mod quorum;
+mod session;
 mod unlocked;
 mod wait_group;
 
@@ -31,5 +33,19 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.py().get_type::<quorum::QuorumRwLock>(),
     )?;
     module.add("GcsLock", module.py().get_type::<gcs_lock::GcsLock>())?;
+    module.add(
+        "RedisSession",
+        module.py().get_type::<session::RedisSession>(),
+    )?;
+    module.add(
+        "RedisElection",
+        module.py().get_type::<election::RedisElection>(),
+    )?;
+    module.add(
+        "RedisObserver",
+        module.py().get_type::<election::Observer>(),
+    )?;
+    module.add("RedisTerm", module.py().get_type::<election::Term>())?;
+    module.add_function(wrap_pyfunction!(session::redis_holder, module)?)?;
     Ok(())
 }

@@ -9,6 +9,7 @@ use pyo3::types::PyAny;
 use crate::convert::{acquire_timeout, lease_options, optional_seconds, text};
 use crate::error;
 use crate::logging;
+use crate::session::RedisSession;
 use crate::unlocked::Unlocked;
 
 /// A distributed lock on a Redis server (or Redis Cluster).
@@ -31,11 +32,12 @@ pub(crate) struct RedisLock {
 impl RedisLock {
     /// Validates every option without touching the server: bad values raise
     /// ``lockyard.ConfigError``. ``timeout`` is the wait of ``with lock:``
-    /// (None: forever).
+    /// (None: forever). Under a ``session`` the lock has no ``ttl`` of its
+    /// own and stores ``value`` with each grant (see ``holder()``).
     #[new]
     #[pyo3(
-        signature = (url, name, ttl=None, timeout=None, *, refresh_interval=None, max_refresh_fails=None, identity_prefix=None, connect_timeout=None),
-        text_signature = "(url, name, ttl=30.0, timeout=None, *, refresh_interval=None, max_refresh_fails=3, identity_prefix=None, connect_timeout=5.0)"
+        signature = (url, name, ttl=None, timeout=None, *, refresh_interval=None, max_refresh_fails=None, identity_prefix=None, connect_timeout=None, session=None, value=None),
+        text_signature = "(url, name, ttl=30.0, timeout=None, *, refresh_interval=None, max_refresh_fails=3, identity_prefix=None, connect_timeout=5.0, session=None, value=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -48,6 +50,8 @@ impl RedisLock {
         max_refresh_fails: Option<&Bound<'_, PyAny>>,
         identity_prefix: Option<&Bound<'_, PyAny>>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
+        session: Option<&Bound<'_, RedisSession>>,
+        value: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let name = text("name", name)?;
         let mut builder = lease_options(
@@ -60,6 +64,12 @@ impl RedisLock {
         )?;
         if let Some(prefix) = identity_prefix.filter(|p| !p.is_none()) {
             builder = builder.identity_prefix(text("identity_prefix", prefix)?);
+        }
+        if let Some(value) = value.filter(|v| !v.is_none()) {
+            builder = builder.value(text("value", value)?);
+        }
+        if let Some(session) = session {
+            builder = session.get().session.call(py, |s| Ok(builder.session(s)))?;
         }
         Ok(RedisLock {
             lock: Unlocked::build(py, || builder.build())?,

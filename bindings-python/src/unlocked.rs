@@ -72,6 +72,16 @@ impl<T: Send + Sync> Unlocked<T> {
     }
 }
 
+/// Runs a core call that needs no object (a one-off read such as
+/// `holder`) detached, like [`Unlocked::call`].
+pub(crate) fn detached<R: Send>(
+    py: Python<'_>,
+    call: impl FnOnce() -> lockyard::Result<R> + Send,
+) -> PyResult<R> {
+    let outcome = py.detach(call);
+    finish(py, outcome)
+}
+
 /// Back on the interpreter: hand over what the core logged meanwhile, then
 /// turn a core error into its Python exception.
 fn finish<R>(py: Python<'_>, outcome: lockyard::Result<R>) -> PyResult<R> {

@@ -31,7 +31,8 @@ def test_lock_lives_in_lockyard_redis() -> None:
     assert Lock.__module__ == "lockyard.redis"
     assert Lock.__text_signature__ == (
         "(url, name, ttl=30.0, timeout=None, *, refresh_interval=None,"
-        " max_refresh_fails=3, identity_prefix=None, connect_timeout=5.0)"
+        " max_refresh_fails=3, identity_prefix=None, connect_timeout=5.0,"
+        " session=None, value=None)"
     )
 
 

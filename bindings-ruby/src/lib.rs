@@ -1,18 +1,19 @@
-//! The Ruby binding of lockyard: `Lockyard::Redis::Lock`,
-//! `Lockyard::Redis::WaitGroup`,
-//! `Lockyard::Quorum::RwLock` and the error mapping. The pure-Ruby idioms
-//! (keyword arguments, `synchronize`) live in `lib/lockyard/`; this crate
-//! only converts arguments, releases the GVL around blocking calls and maps
-//! errors.
+//! The Ruby binding of lockyard: `Lockyard::Redis::Lock`, `WaitGroup`,
+//! `Session`, `Election`, `Lockyard::Quorum::RwLock`, `Lockyard::GCS::Lock`
+//! and the error mapping. The pure-Ruby idioms (keyword arguments,
+//! `synchronize`) live in `lib/lockyard/`; this crate only converts
+//! arguments, releases the GVL around blocking calls and maps errors.
 
 use magnus::{prelude::*, Error, Ruby};
 
 mod convert;
+mod election;
 mod errors;
 mod gcs_lock;
 mod lock;
 mod nogvl;
 mod quorum;
+mod session;
 mod wait_group;
 
 #[magnus::init(name = "lockyard_ruby")]
@@ -22,6 +23,8 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let redis = lockyard.define_module("Redis")?;
     lock::define(ruby, redis)?;
     wait_group::define(ruby, redis)?;
+    session::define(ruby, redis)?;
+    election::define(ruby, redis)?;
     quorum::define(ruby, lockyard.define_module("Quorum")?)?;
     let gcs = lockyard.define_module("GCS")?;
     gcs_lock::define(ruby, gcs)

@@ -8,6 +8,7 @@ use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, 
 use crate::convert;
 use crate::errors::OrRaise;
 use crate::nogvl::NoGvl;
+use crate::session::Session;
 
 #[magnus::wrap(class = "Lockyard::Redis::Lock", size)]
 pub(crate) struct Lock {
@@ -18,7 +19,7 @@ pub(crate) struct Lock {
 pub(crate) fn define(ruby: &Ruby, redis: RModule) -> Result<(), Error> {
     let class = redis.define_class("Lock", ruby.class_object())?;
     class.undef_default_alloc_func();
-    class.define_singleton_method("build", method!(Lock::build, 8))?;
+    class.define_singleton_method("build", method!(Lock::build, 10))?;
     class.define_private_method("acquire", method!(Lock::acquire, 1))?;
     class.define_method("try_lock", method!(Lock::try_lock, 0))?;
     class.define_method("unlock", method!(Lock::unlock, 0))?;
@@ -51,20 +52,37 @@ impl Lock {
         max_refresh_fails: Value,
         identity_prefix: Value,
         connect_timeout: Value,
+        session: Value,
+        value: Value,
     ) -> Result<Obj<Lock>, Error> {
         let build = || {
             let name = convert::string("name", name)?;
-            let mut builder = convert::lease_options(
-                ruby,
-                lockyard::redis::Lock::builder(convert::string("url", url)?, &name)
-                    .timeout(convert::optional_seconds(ruby, "timeout", timeout)?),
-                ttl,
-                refresh_interval,
-                max_refresh_fails,
-                connect_timeout,
-            )?;
+            let mut builder = lockyard::redis::Lock::builder(convert::string("url", url)?, &name)
+                .timeout(convert::optional_seconds(ruby, "timeout", timeout)?)
+                .max_refresh_fails(convert::count("max_refresh_fails", max_refresh_fails)?)
+                .connect_timeout(convert::seconds(ruby, "connect_timeout", connect_timeout)?);
+            if let Some(every) =
+                convert::optional_seconds(ruby, "refresh_interval", refresh_interval)?
+            {
+                builder = builder.refresh_interval(every);
+            }
             if let Some(prefix) = convert::optional_string("identity_prefix", identity_prefix)? {
                 builder = builder.identity_prefix(prefix);
+            }
+            // A lock under a session has no TTL of its own (nil); any other needs one.
+            if session.is_nil() {
+                builder = builder.ttl(convert::seconds(ruby, "ttl", ttl)?);
+            } else if let Some(ttl) = convert::optional_seconds(ruby, "ttl", ttl)? {
+                builder = builder.ttl(ttl);
+            }
+            if let Some(value) = convert::optional_string("value", value)? {
+                builder = builder.value(value);
+            }
+            if !session.is_nil() {
+                let session = <&Session>::try_convert(session).map_err(|_| {
+                    lockyard::Error::Config("session must be a Lockyard::Redis::Session".into())
+                })?;
+                builder = session.core.nonblocking(ruby, |s| builder.session(s));
             }
             Ok(Lock {
                 core: NoGvl::new(builder.build()?),

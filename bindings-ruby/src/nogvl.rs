@@ -104,6 +104,15 @@ impl<T> NoGvl<T> {
     }
 }
 
+/// A blocking core call that needs no object (creating a session, a
+/// one-off read), run like [`NoGvl::blocking`].
+pub(crate) fn blocking<R>(
+    ruby: &Ruby,
+    mut call: impl FnMut(&dyn Fn() -> bool) -> lockyard::Result<R>,
+) -> Result<R, Error> {
+    NoGvl(()).blocking(ruby, |_, interrupted| call(interrupted))
+}
+
 struct Call<'a, F, R> {
     work: Option<F>,
     outcome: Option<std::thread::Result<R>>,

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockyard::redis::{Lock, WaitGroup};
+use lockyard::redis::{Election, Lock, Session, WaitGroup};
 use support::RedisCluster;
 
 /// Names whose slots live on three different nodes, with a URL that names
@@ -78,4 +78,64 @@ fn a_wait_group_keeps_its_limit_on_a_cluster() {
     workers.into_iter().for_each(|w| w.join().unwrap());
     assert_eq!(most.load(Ordering::SeqCst), 2);
     assert!(group.wait(Some(Duration::from_secs(1))).unwrap());
+}
+
+#[test]
+fn a_session_keeps_and_frees_locks_on_every_node() {
+    let cluster = RedisCluster::start();
+    let ttl = Duration::from_millis(400);
+    let session = Session::builder(cluster.url(0)).ttl(ttl).build().unwrap();
+    let rival = Session::builder(cluster.url(1)).build().unwrap();
+    let names = names_on_every_node(&cluster);
+    let locks: Vec<Lock> = names
+        .iter()
+        .map(|name| {
+            let lock = Lock::builder(cluster.url(0), name)
+                .session(&session)
+                .value("mine")
+                .build()
+                .unwrap();
+            assert!(lock
+                .acquire_interruptibly(Some(Duration::ZERO), &|| false)
+                .unwrap());
+            lock
+        })
+        .collect();
+    // Renewals must reach every node the session's grants live on.
+    std::thread::sleep(ttl * 3);
+    session.check_health().unwrap();
+    let election = Election::new(&cluster.url(2), &names[0], &rival).unwrap();
+    assert_eq!(election.leader().unwrap().as_deref(), Some("mine"));
+    let mut observer = election.observe();
+    assert_eq!(
+        observer
+            .next_change(None, &|| false)
+            .unwrap()
+            .unwrap()
+            .value
+            .as_deref(),
+        Some("mine")
+    );
+    for name in &names {
+        let other = Lock::builder(cluster.url(1), name)
+            .session(&rival)
+            .build()
+            .unwrap();
+        assert!(
+            other.try_acquire().unwrap().is_none(),
+            "{name}: two holders"
+        );
+    }
+    session.destroy().unwrap();
+    for (lock, name) in locks.iter().zip(&names) {
+        assert!(lock.check_health().is_err());
+        let other = Lock::builder(cluster.url(1), name)
+            .session(&rival)
+            .build()
+            .unwrap();
+        assert!(
+            other.try_acquire().unwrap().is_some(),
+            "{name}: not freed by destroy"
+        );
+    }
 }

@@ -3,12 +3,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lockyard::redis::Lock;
-use support::RedisServer;
+use support::{Helper, RedisServer};
 
 const HOLDER_ENV: &str = "LOCKYARD_TEST_HOLDER";
 
@@ -33,67 +31,18 @@ fn holder_process() {
     }
 }
 
-struct Holder {
-    child: Child,
-    stdout: BufReader<ChildStdout>,
-}
+struct Holder(Helper);
 
 impl Holder {
     fn start(server: &RedisServer, name: &str, ttl_ms: u64) -> (Holder, u64) {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "holder_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(HOLDER_ENV, format!("{} {name} {ttl_ms}", server.url()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut holder = Holder {
-            stdout: BufReader::new(child.stdout.take().unwrap()),
-            child,
-        };
-        let fence = holder.expect("held ").parse().unwrap();
-        (holder, fence)
-    }
-
-    /// Skips test-harness chatter up to the line starting with `prefix`.
-    fn expect(&mut self, prefix: &str) -> String {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(
-                self.stdout.read_line(&mut line).unwrap() > 0,
-                "holder exited early"
-            );
-            // libtest prints "test holder_process ... " on the same line.
-            if let Some(at) = line.find(prefix) {
-                return line[at + prefix.len()..].trim().to_owned();
-            }
-        }
+        let spec = format!("{} {name} {ttl_ms}", server.url());
+        let mut helper = Helper::start("holder_process", HOLDER_ENV, spec);
+        let fence = helper.expect("held ").parse().unwrap();
+        (Holder(helper), fence)
     }
 
     fn healthy(&mut self) -> bool {
-        writeln!(self.child.stdin.as_mut().unwrap()).unwrap();
-        self.expect("healthy ") == "true"
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.ask("healthy ") == "true"
     }
 }
 
@@ -102,8 +51,8 @@ fn a_killed_holders_lock_is_free_after_its_ttl_and_not_before() {
     let server = RedisServer::start();
     let (mut holder, _) = Holder::start(&server, "crash", 1500);
     let lock = Lock::builder(server.url(), "crash").build().unwrap();
-    holder.signal("-KILL");
-    let _ = holder.child.wait();
+    holder.0.signal("-KILL");
+    let _ = holder.0.child.wait();
     let killed_at = Instant::now();
     assert!(
         lock.try_acquire().unwrap().is_none(),
@@ -127,14 +76,14 @@ fn a_paused_holder_is_taken_over_and_knows_it_on_resume() {
     let server = RedisServer::start();
     let (mut holder, paused_fence) = Holder::start(&server, "pause", 1000);
     assert!(holder.healthy());
-    holder.signal("-STOP");
+    holder.0.signal("-STOP");
     let lock = Lock::builder(server.url(), "pause").build().unwrap();
     let guard = lock.acquire(Some(Duration::from_secs(5))).unwrap();
     assert!(
         guard.fencing_token() > paused_fence,
         "the new holder's token must be larger"
     );
-    holder.signal("-CONT");
+    holder.0.signal("-CONT");
     assert!(
         !holder.healthy(),
         "a resumed holder must not believe it still holds the lock"

@@ -34,8 +34,9 @@ def python() -> list[str]:
     return [os.environ.get("LOCKYARD_TEST_PYTHON", sys.executable)]
 
 
-def worker_command(lang: str) -> list[str]:
-    """The command line of a worker before its own arguments."""
+def worker_command(lang: str, script: str = "worker") -> list[str]:
+    """The command line of tests/workers/<script>.py or .rb before its own
+    arguments."""
     if lang == "py":
-        return [*python(), str(WORKERS / "worker.py")]
-    return [*ruby(), str(WORKERS / "worker.rb")]
+        return [*python(), str(WORKERS / f"{script}.py")]
+    return [*ruby(), str(WORKERS / f"{script}.rb")]

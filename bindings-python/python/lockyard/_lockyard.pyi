@@ -10,10 +10,15 @@ from typing_extensions import Self, final
 __all__ = [
     "GcsLock",
     "QuorumRwLock",
+    "RedisElection",
     "RedisLock",
+    "RedisObserver",
+    "RedisSession",
     "RedisSlot",
+    "RedisTerm",
     "RedisWaitGroup",
     "__version__",
+    "redis_holder",
 ]
 
 __version__: str
@@ -35,6 +40,8 @@ class RedisLock:
         max_refresh_fails: int = 3,
         identity_prefix: str | None = None,
         connect_timeout: float = 5.0,
+        session: RedisSession | None = None,
+        value: str | None = None,
     ) -> Self: ...
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -208,3 +215,75 @@ class GcsLock:
     def locked(self) -> bool: ...
     @property
     def identity(self) -> str: ...
+
+@final
+class RedisSession:
+    """A lease that locks and elections live under, exported as
+    ``lockyard.redis.Session``; a context manager that destroys it on exit.
+    """
+
+    def __new__(
+        cls,
+        url: str,
+        ttl: float = 15.0,
+        behavior: str = "release",
+        lock_delay: float = 15.0,
+        *,
+        connect_timeout: float = 5.0,
+    ) -> Self: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+    def destroy(self) -> None: ...
+    @property
+    def healthy(self) -> bool: ...
+    def check_health(self) -> None: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def ttl(self) -> float: ...
+    @property
+    def lock_delay(self) -> float: ...
+    @property
+    def behavior(self) -> str: ...
+
+@final
+class RedisElection:
+    """Leader election under a session, exported as ``lockyard.redis.Election``."""
+
+    def __new__(cls, url: str, name: str, session: RedisSession) -> Self: ...
+    def campaign(self, value: str, timeout: float | None = None) -> bool: ...
+    def resign(self) -> None: ...
+    def leader(self) -> str | None: ...
+    @property
+    def is_leader(self) -> bool: ...
+    def check_health(self) -> None: ...
+    @property
+    def fencing_token(self) -> int | None: ...
+    @property
+    def term(self) -> int | None: ...
+    @property
+    def name(self) -> str: ...
+    def observe(self, timeout: float | None = None) -> RedisObserver: ...
+
+@final
+class RedisObserver:
+    """The changes of leadership of one election, in order."""
+
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> RedisTerm: ...
+
+@final
+class RedisTerm:
+    """A term begins (``value`` is the leader's) or ends (``value`` is None)."""
+
+    @property
+    def value(self) -> str | None: ...
+    @property
+    def fencing_token(self) -> int: ...
+
+def redis_holder(url: str, name: str) -> str | None: ...

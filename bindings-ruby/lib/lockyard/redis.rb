@@ -23,17 +23,22 @@ module Lockyard
 
       # @param url [String] redis://, rediss:// or unix:// URL
       # @param name [String] the lock's name; holders of the same name exclude each other
-      # @param ttl [Numeric] how long the lock outlives its holder's last refresh
+      # @param ttl [Numeric, nil] how long the lock outlives its holder's last refresh
+      #   (default 30; a lock under a session has none of its own)
       # @param timeout [Numeric, nil] default wait of {#lock} and {#synchronize}; nil waits forever
       # @param refresh_interval [Numeric, nil] refresh period, below ttl / max_refresh_fails
       #   (default: a third of that)
       # @param max_refresh_fails [Integer] consecutive failed refreshes that make the lock unhealthy
       # @param identity_prefix [String, nil] prefix of holder identities (default: random)
       # @param connect_timeout [Numeric] how long connecting may take before the server counts as unreachable
+      # @param session [Lockyard::Redis::Session, nil] hold the lock under this session: it lives
+      #   exactly as long as the session and shares its health
+      # @param value [String, nil] stored with each grant under a session (see {Redis.holder})
       # @raise [Lockyard::ConfigError]
-      def self.new(url:, name:, ttl: 30, timeout: nil, refresh_interval: nil, max_refresh_fails: 3,
-                   identity_prefix: nil, connect_timeout: 5)
-        build(url, name, ttl, timeout, refresh_interval, max_refresh_fails, identity_prefix, connect_timeout)
+      def self.new(url:, name:, session: nil, value: nil, ttl: session ? nil : 30, timeout: nil,
+                   refresh_interval: nil, max_refresh_fails: 3, identity_prefix: nil, connect_timeout: 5)
+        build(url, name, ttl, timeout, refresh_interval, max_refresh_fails, identity_prefix, connect_timeout,
+              session, value)
       end
       private_class_method :build
 
@@ -91,6 +96,154 @@ module Lockyard
       def held_by_this_thread?
         !fencing_token.nil?
       end
+    end
+
+    # A lease that locks and elections live under, renewed in the background
+    # every ttl / 2. Locks under it have no TTL of their own: they live
+    # exactly as long as the session, share its health, and are freed at
+    # once by {#destroy}. A session lost without {#destroy} (its process
+    # crashed or paused past ttl) bars its locks for +lock_delay+ more seconds.
+    # After {#destroy} only self-expiring keys stay in Redis: each name's
+    # fencing counter, a value kept by "release", an election's terms.
+    #
+    #   Lockyard::Redis::Session.open(url: url, ttl: 15) do |session|
+    #     Lockyard::Redis.each_exclusive(url: url, names: tasks, session: session) { |task| run(task) }
+    #   end
+    class Session
+      # @param url [String] redis://, rediss:// or unix:// URL
+      # @param ttl [Numeric] how long the session outlives its last renewal (at least 0.01)
+      # @param behavior [String] what the session's end does to its locks' values:
+      #   "release" keeps each readable by {Redis.holder} until the name is taken again
+      #   (at most an hour), "delete" deletes it
+      # @param lock_delay [Numeric] how long a lost session's locks stay barred; 0 disables it
+      # @param connect_timeout [Numeric]
+      # @raise [Lockyard::ConfigError] for a bad value
+      # @raise [Lockyard::BackendError] if the server cannot be reached
+      def self.new(url:, ttl: 15, behavior: "release", lock_delay: 15, connect_timeout: 5)
+        build(url, ttl, behavior, lock_delay, connect_timeout)
+      end
+      private_class_method :build
+
+      # Creates a session, yields it, and destroys it however the block is left.
+      # @return the block's value
+      def self.open(**options)
+        session = new(**options)
+        begin
+          yield session
+        ensure
+          session.destroy
+        end
+      end
+
+      # @!method destroy
+      #   Frees every lock held under the session at once (no lock_delay),
+      #   deletes it from Redis and stops renewing it. Idempotent.
+      # @!method healthy?
+      #   Whether the session is surely live: not destroyed, not lost, renewed in time.
+      # @!method check_health!
+      #   @raise [Lockyard::LockUnhealthyError] if it was destroyed or may be lost
+      # @!method id
+      #   @return [String] the session's random id, for logs
+      # @!method ttl
+      # @!method lock_delay
+      # @!method behavior
+
+      def inspect
+        "#<#{self.class} id=#{id} healthy=#{healthy?}>"
+      end
+    end
+
+    # One change of leadership: a term begins (+value+ is the new leader's)
+    # or ends (+value+ is nil). +fencing_token+ is the term's, strictly
+    # increasing across terms.
+    Term = Struct.new(:value, :fencing_token)
+
+    # Leader election under a session: the leader holds the lock +name+
+    # with its value, and every term carries a fencing token.
+    #
+    #   election = Lockyard::Redis::Election.new(url: url, name: "scheduler", session: session)
+    #   election.campaign("node-a", timeout: 10)
+    #   election.leader        # => "node-a"
+    #   election.observe { |term| puts "leader: #{term.value.inspect} (#{term.fencing_token})" }
+    class Election
+      # @raise [Lockyard::ConfigError] for a bad name or a destroyed session
+      def self.new(url:, name:, session:)
+        build(url, name, session)
+      end
+      private_class_method :build
+
+      # Waits until this election leads with +value+.
+      # @param timeout [Numeric, nil] seconds to wait; nil waits forever, 0 tries once
+      # @return [true]
+      # @raise [Lockyard::TimeoutError] when the wait runs out
+      # @raise [Lockyard::AlreadyLockedError] when it leads already
+      def campaign(value, timeout: nil)
+        campaign_within(value, timeout)
+      end
+
+      # Yields a {Term} for the current state, then for every change of
+      # leadership in order; returns once +timeout+ seconds pass without a
+      # change (nil: never). Without a block, returns an Enumerator.
+      def observe(timeout: nil)
+        return enum_for(:observe, timeout: timeout) unless block_given?
+
+        changes = observer
+        while (change = changes.next_change(timeout))
+          yield Term.new(*change)
+        end
+        nil
+      end
+
+      # @!method resign
+      #   Steps down; the next campaigner takes over at once.
+      #   @return [Boolean] false if leadership had been lost meanwhile
+      #   @raise [Lockyard::NotLockedError] when not leading
+      # @!method leader
+      #   @return [String, nil] the current leader's value; nil when nobody leads
+      # @!method leader?
+      #   Whether this election leads and its session is surely live.
+      # @!method check_health!
+      #   @raise [Lockyard::NotLockedError] when not leading
+      #   @raise [Lockyard::LockUnhealthyError] when leadership may be lost
+      # @!method fencing_token
+      #   @return [Integer, nil] this election's term, nil when not leading
+      # @!method term
+      #   Same as {#fencing_token}.
+
+      def inspect
+        "#<#{self.class} name=#{name.inspect}#{" term=#{term}" if term}>"
+      end
+    end
+
+    # The value of the current holder of the lock +name+ (+value:+ of a lock
+    # under a session, or an election's leader), or nil. After a holder under
+    # a "release" session let go, its value stays readable until the name is
+    # taken again (at most an hour); under "delete" it is gone with the grant.
+    # @return [String, nil]
+    def self.holder(url:, name:)
+      holder_value(url, name)
+    end
+    private_class_method :holder_value
+
+    # Mutually exclusive workers: tries each name's lock once under +session+
+    # and yields only the names won, skipping taken ones without waiting.
+    # Each lock is held while the block runs and released when it returns,
+    # breaks or raises.
+    # @return [nil]
+    def self.each_exclusive(url:, names:, session:)
+      return enum_for(:each_exclusive, url: url, names: names, session: session) unless block_given?
+
+      names.each do |name|
+        lock = Lock.new(url: url, name: name, session: session)
+        next unless lock.try_lock
+
+        begin
+          yield name
+        ensure
+          lock.unlock
+        end
+      end
+      nil
     end
   end
 end

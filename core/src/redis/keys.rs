@@ -12,6 +12,14 @@ pub(crate) struct Keys {
     pub(crate) leases: String,
     pub(crate) fence: String,
     pub(crate) watchers: String,
+    /// Grants and waiters under a session: their lock_delay, behavior, value.
+    pub(crate) bound: String,
+    /// Present while a lost session's lock_delay keeps the name from being granted.
+    pub(crate) delay: String,
+    /// The value a released holder kept (session behavior "release").
+    pub(crate) value: String,
+    /// Stream of election terms: a grant's (fence, value), its end (fence, "").
+    pub(crate) terms: String,
     /// A waiter's wake-up list is this prefix followed by its token.
     pub(crate) wake_prefix: String,
 }
@@ -27,11 +35,15 @@ impl Keys {
             leases: format!("{base}:leases"),
             fence: format!("{base}:fence"),
             watchers: format!("{base}:watchers"),
+            bound: format!("{base}:bound"),
+            delay: format!("{base}:delay"),
+            value: format!("{base}:value"),
+            terms: format!("{base}:terms"),
             wake_prefix: format!("{base}:wake:"),
         })
     }
 
-    pub(crate) fn all(&self) -> [&str; 6] {
+    pub(crate) fn all(&self) -> [&str; 10] {
         [
             &self.holders,
             &self.grants,
@@ -39,6 +51,10 @@ impl Keys {
             &self.leases,
             &self.fence,
             &self.watchers,
+            &self.bound,
+            &self.delay,
+            &self.value,
+            &self.terms,
         ]
     }
 }

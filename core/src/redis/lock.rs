@@ -1,11 +1,13 @@
 //! A Redis lock: the limit-1 semaphore, held per thread.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::keys::Keys;
 use super::semaphore::{Hold, Semaphore};
 use super::server::{server, Route};
+use super::session::{Binding, Session, SessionState};
 use super::settings::Lease;
 use crate::error::{Error, Result};
 use crate::holds::Holds;
@@ -35,29 +37,48 @@ use crate::identity::{holder_identity, holder_number, random_hex};
 pub struct Lock {
     semaphore: Semaphore,
     prefix: String,
+    /// Stored with each grant under a session ("" for none).
+    value: String,
     default_timeout: Option<Duration>,
     /// This process's holds, by thread.
     holds: Holds<u64, Hold>,
 }
 
 /// Options for a [`Lock`]; start with [`Lock::builder`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[must_use]
 pub struct LockBuilder {
     url: String,
     name: String,
-    ttl: Duration,
+    ttl: Option<Duration>,
     timeout: Option<Duration>,
     refresh_interval: Option<Duration>,
     max_refresh_fails: u32,
     identity_prefix: Option<String>,
     connect_timeout: Duration,
+    session: Option<Arc<SessionState>>,
+    value: Option<String>,
 }
 
 impl LockBuilder {
     /// How long the lock outlives its holder's last refresh (default 30 s).
+    /// Not for a lock under a session, which lives as long as the session.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.ttl = Some(ttl);
+        self
+    }
+    /// Holds the lock under `session`: no TTL or refresher of its own, the
+    /// session's renewal keeps it, its health is the session's, and it is
+    /// freed when the session is destroyed or lost (after the session's
+    /// lock_delay when lost).
+    pub fn session(mut self, session: &Session) -> Self {
+        self.session = Some(session.state().clone());
+        self
+    }
+    /// A value stored with each grant under a session, returned by
+    /// [`holder`](super::holder) and `Election::leader`.
+    pub fn value(mut self, value: impl Into<String>) -> Self {
+        self.value = Some(value.into());
         self
     }
     /// The wait of [`Lock::lock`] (default: forever).
@@ -95,7 +116,33 @@ impl LockBuilder {
     /// URL, or a refresh interval that cannot keep the lease alive.
     pub fn build(self) -> Result<Lock> {
         let keys = Keys::new(&self.name)?;
-        let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
+        let (lease, binding) = match &self.session {
+            None if self.value.is_some() => {
+                return Err(Error::config(
+                    "a value is stored only for a lock under a session",
+                ));
+            }
+            None => (
+                Lease::new(
+                    self.ttl.unwrap_or(Duration::from_secs(30)),
+                    self.refresh_interval,
+                    self.max_refresh_fails,
+                )?,
+                None,
+            ),
+            Some(_) if self.ttl.is_some() || self.refresh_interval.is_some() => {
+                return Err(Error::config(
+                    "a lock under a session has no ttl or refresh_interval of its own: it lives as long as the session",
+                ));
+            }
+            Some(session) => {
+                session.usable()?;
+                (
+                    session.lease().clone(),
+                    Some(Binding::new(session.clone(), false)),
+                )
+            }
+        };
         if self.connect_timeout.is_zero() {
             return Err(Error::config("connect_timeout must be positive"));
         }
@@ -104,13 +151,17 @@ impl LockBuilder {
                 return Err(Error::config("identity_prefix must not be empty"));
             }
             Some(prefix) => prefix,
-            None => random_hex(8),
+            None => match &self.session {
+                Some(session) => session.id().to_owned(),
+                None => random_hex(8),
+            },
         };
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let what = format!("lock {:?}", self.name);
         Ok(Lock {
-            semaphore: Semaphore::new(route, keys, 1, lease, what),
+            semaphore: Semaphore::new(route, keys, 1, lease, what, binding),
             prefix,
+            value: self.value.unwrap_or_default(),
             default_timeout: self.timeout,
             holds: Holds::new(),
         })
@@ -123,12 +174,14 @@ impl Lock {
         LockBuilder {
             url: url.into(),
             name: name.into(),
-            ttl: Duration::from_secs(30),
+            ttl: None,
             timeout: None,
             refresh_interval: None,
             max_refresh_fails: 3,
             identity_prefix: None,
             connect_timeout: Duration::from_secs(5),
+            session: None,
+            value: None,
         }
     }
 
@@ -181,7 +234,10 @@ impl Lock {
             return Err(Error::AlreadyLocked(self.semaphore.what().to_owned()));
         }
         let token = holder_identity(&self.prefix);
-        match self.semaphore.acquire(&token, timeout, interrupted)? {
+        match self
+            .semaphore
+            .acquire(&token, &self.value, timeout, interrupted)?
+        {
             Some(hold) => {
                 self.holds.get().insert(thread, hold);
                 Ok(true)
@@ -311,4 +367,27 @@ impl Drop for LockGuard<'_> {
             }
         }
     }
+}
+
+/// The value of the current holder of the lock `name` (set with
+/// [`LockBuilder::value`] under a session), or None when nobody holds it or
+/// its holder stored no value. After a holder under a session with
+/// [`Behavior::Release`](super::Behavior::Release) let go (released,
+/// destroyed or lost), its value stays readable here until the name is
+/// granted again; with [`Behavior::Delete`](super::Behavior::Delete) it is
+/// gone with the grant.
+///
+/// # Errors
+/// [`Error::Config`] for a bad name or URL, [`Error::Backend`] if Redis
+/// cannot be reached.
+pub fn holder(url: &str, name: &str) -> Result<Option<String>> {
+    let semaphore = Semaphore::new(
+        Route::new(server(url, Duration::from_secs(5))?),
+        Keys::new(name)?,
+        1,
+        Lease::new(Duration::from_secs(30), None, 3)?,
+        format!("lock {name:?}"),
+        None,
+    );
+    Ok(semaphore.holder()?.value)
 }

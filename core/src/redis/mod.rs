@@ -1,16 +1,22 @@
 //! Primitives on a Redis server or Redis Cluster.
 
+mod election;
+mod exclusive;
 mod keys;
 mod lock;
 mod scripts;
 mod semaphore;
 mod server;
+mod session;
 pub(crate) mod settings;
 mod wait_group;
 
+pub use election::{Election, Observer, Term};
+pub use exclusive::{exclusive, Claim, Exclusive};
 pub(crate) use keys::check_name;
-pub use lock::{Lock, LockBuilder, LockGuard};
+pub use lock::{holder, Lock, LockBuilder, LockGuard};
 pub(crate) use server::{server, Server};
+pub use session::{Behavior, Session, SessionBuilder};
 pub use settings::seconds;
 pub(crate) use settings::Lease;
 pub use wait_group::{Slot, WaitGroup, WaitGroupBuilder};

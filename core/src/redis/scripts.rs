@@ -24,6 +24,7 @@ pub(crate) struct Scripts {
     pub(crate) cancel: Script,
     pub(crate) inspect: Script,
     pub(crate) watch: Script,
+    pub(crate) holder: Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -33,6 +34,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     cancel: script!("cancel.lua"),
     inspect: script!("inspect.lua"),
     watch: script!("watch.lua"),
+    holder: script!("holder.lua"),
 });
 
 /// An invocation with the keys and the arguments every script shares

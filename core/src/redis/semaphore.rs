@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use super::keys::Keys;
 use super::scripts::{prepare, SCRIPTS};
 use super::server::{OnSignal, Route, COMMAND_TIMEOUT};
+use super::session::{Binding, Membership};
 use super::settings::Lease;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -27,6 +28,7 @@ const RECHECK: Duration = Duration::from_millis(500);
 /// Longest single blocking read; bounds how late an interrupt is noticed.
 const LISTEN_SLICE: Duration = Duration::from_millis(50);
 
+#[derive(Clone)]
 pub(crate) struct Semaphore {
     shared: Arc<Shared>,
 }
@@ -38,21 +40,65 @@ struct Shared {
     lease: Lease,
     /// "lock \"deploy\"", for messages.
     what: String,
+    /// The session whose lease the grants share, if any.
+    binding: Option<Binding>,
 }
 
-/// One granted slot. Dropping it stops its refresher; the slot itself is
-/// given back by [`Semaphore::release`] or runs out by TTL.
+/// One granted slot. Dropping it stops keeping it alive; the slot itself
+/// is given back by [`Semaphore::release`] or runs out by TTL.
 pub(crate) struct Hold {
     pub(crate) token: String,
     pub(crate) fence: u64,
     pub(crate) health: Arc<Health>,
-    refresher: JoinHandle<()>,
+    _keeper: Keeper,
 }
 
-impl Drop for Hold {
+/// What keeps a grant alive: its own refresher, or the session it lives
+/// under (whose renewal refreshes it and whose health is its health).
+enum Keeper {
+    Refresher(JoinHandle<()>),
+    Session { _membership: Membership },
+}
+
+impl Drop for Keeper {
     fn drop(&mut self) {
-        self.refresher.abort();
+        if let Keeper::Refresher(refresher) = self {
+            refresher.abort();
+        }
     }
+}
+
+/// A grant kept alive by a session's renewal loop.
+#[derive(Clone)]
+pub(crate) struct Member {
+    shared: Arc<Shared>,
+    token: String,
+}
+
+impl Member {
+    /// Extends the grant by the session's TTL; Ok(false) if it was lost.
+    pub(crate) async fn refresh(&self) -> Result<bool> {
+        refresh_once(&self.shared, &self.token).await
+    }
+
+    /// Gives the grant back (a clean release: no lock_delay).
+    pub(crate) fn release(&self) -> Result<bool> {
+        Semaphore {
+            shared: self.shared.clone(),
+        }
+        .release_token(&self.token)
+    }
+}
+
+/// What [`Semaphore::holder`] saw, in one atomic read.
+pub(crate) struct HolderState {
+    pub(crate) held: bool,
+    /// The holder's value; when nobody holds the name, the value a
+    /// "release" session left behind. None when empty.
+    pub(crate) value: Option<String>,
+    pub(crate) fence: u64,
+    /// Id of the last recorded election term ("0-0" if none).
+    pub(crate) last_term: String,
 }
 
 impl Hold {
@@ -86,7 +132,14 @@ enum Attempt {
 }
 
 impl Semaphore {
-    pub(crate) fn new(route: Route, keys: Keys, limit: u32, lease: Lease, what: String) -> Self {
+    pub(crate) fn new(
+        route: Route,
+        keys: Keys,
+        limit: u32,
+        lease: Lease,
+        what: String,
+        binding: Option<Binding>,
+    ) -> Self {
         Semaphore {
             shared: Arc::new(Shared {
                 route,
@@ -94,8 +147,17 @@ impl Semaphore {
                 limit,
                 lease,
                 what,
+                binding,
             }),
         }
+    }
+
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.shared.keys
+    }
+
+    pub(crate) fn route(&self) -> &Route {
+        &self.shared.route
     }
 
     pub(crate) fn what(&self) -> &str {
@@ -106,20 +168,26 @@ impl Semaphore {
     /// for `token`. `interrupted` is polled at least every 50 ms while
     /// waiting; when it answers true the wait is abandoned and nothing is
     /// left held or queued. Ok(None) means the timeout ran out.
+    /// `value` is stored with a grant under a session ("" for none).
     pub(crate) fn acquire(
         &self,
         token: &str,
+        value: &str,
         timeout: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Hold>> {
+        let meta = match &self.shared.binding {
+            Some(binding) => binding.meta(value)?,
+            None => String::new(),
+        };
         let give_up_at = timeout.map(|t| Instant::now() + t);
         if timeout == Some(Duration::ZERO) {
-            return match self.attempt(token, Duration::ZERO)? {
+            return match self.attempt(token, &meta, Duration::ZERO)? {
                 Attempt::Granted(hold) => Ok(Some(hold)),
                 Attempt::Queued { .. } => Ok(None),
             };
         }
-        let waited = self.wait_in_queue(token, give_up_at, interrupted);
+        let waited = self.wait_in_queue(token, &meta, give_up_at, interrupted);
         if !matches!(waited, Ok(Some(_))) {
             // Leave the queue, and give back a slot handed over meanwhile.
             let cancelled = self.cancel(token);
@@ -133,11 +201,12 @@ impl Semaphore {
     fn wait_in_queue(
         &self,
         token: &str,
+        meta: &str,
         give_up_at: Option<Instant>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Hold>> {
         loop {
-            let (clock, earliest_expiry) = match self.attempt(token, WAITER_LEASE)? {
+            let (clock, earliest_expiry) = match self.attempt(token, meta, WAITER_LEASE)? {
                 Attempt::Granted(hold) => return Ok(Some(hold)),
                 Attempt::Queued {
                     clock,
@@ -158,7 +227,7 @@ impl Semaphore {
         }
     }
 
-    fn attempt(&self, token: &str, waiter_lease: Duration) -> Result<Attempt> {
+    fn attempt(&self, token: &str, meta: &str, waiter_lease: Duration) -> Result<Attempt> {
         let s = &self.shared;
         let sent = Instant::now();
         let reply: Vec<i64> = s.route.run("acquire", COMMAND_TIMEOUT, |conn| {
@@ -167,6 +236,7 @@ impl Semaphore {
                 .arg(s.lease.ttl_ms())
                 .arg(waiter_lease.as_millis() as u64)
                 .arg(WAITER_LEASE.as_millis() as u64)
+                .arg(meta)
                 .invoke(conn)
         })?;
         let [granted, fence, deadline_ms, now_ms] = reply[..] else {
@@ -177,7 +247,7 @@ impl Semaphore {
             server_ms: now_ms,
         };
         Ok(if granted == 1 {
-            Attempt::Granted(self.hold(token, fence as u64, clock.local(deadline_ms), false))
+            Attempt::Granted(self.hold(token, fence as u64, clock.local(deadline_ms), false)?)
         } else {
             Attempt::Queued {
                 clock,
@@ -232,7 +302,7 @@ impl Semaphore {
             .ok_or_else(|| self.protocol_error("wait"))?;
         // It lasts only the handoff window until refreshed, which the
         // refresher does at once.
-        Ok(self.hold(token, fence, clock.local(deadline_ms), true))
+        self.hold(token, fence, clock.local(deadline_ms), true)
     }
 
     fn cancel(&self, token: &str) -> Result<()> {
@@ -249,8 +319,9 @@ impl Semaphore {
     /// (expired or taken over): whatever it protected may have been touched
     /// by someone else meanwhile.
     pub(crate) fn release(&self, hold: Hold) -> Result<bool> {
-        hold.refresher.abort();
-        self.release_as(&hold.token, hold.health.is_healthy())
+        let (token, was_live) = (hold.token.clone(), hold.health.is_healthy());
+        drop(hold);
+        self.release_as(&token, was_live)
     }
 
     /// Gives back the slot of `token`, held by this process or any other.
@@ -344,20 +415,72 @@ impl Semaphore {
         }
     }
 
-    fn hold(&self, token: &str, fence: u64, valid_until: Instant, refresh_now: bool) -> Hold {
-        let health = Arc::new(Health::new(valid_until));
-        let refresher = runtime::spawn(refresh_loop(
-            self.shared.clone(),
-            token.to_owned(),
-            health.clone(),
-            refresh_now,
-        ));
-        Hold {
+    /// Who holds the name now (and the last election term recorded).
+    pub(crate) fn holder(&self) -> Result<HolderState> {
+        let s = &self.shared;
+        let (held, value, fence, last_term): (i64, String, u64, String) =
+            s.route.run("holder", COMMAND_TIMEOUT, |conn| {
+                prepare(&SCRIPTS.holder, &s.keys, s.limit).invoke(conn)
+            })?;
+        Ok(HolderState {
+            held: held == 1,
+            value: (!value.is_empty()).then_some(value),
+            fence,
+            last_term,
+        })
+    }
+
+    fn hold(
+        &self,
+        token: &str,
+        fence: u64,
+        valid_until: Instant,
+        refresh_now: bool,
+    ) -> Result<Hold> {
+        let Some(binding) = &self.shared.binding else {
+            let health = Arc::new(Health::new(valid_until));
+            let refresher = runtime::spawn(refresh_loop(
+                self.shared.clone(),
+                token.to_owned(),
+                health.clone(),
+                refresh_now,
+            ));
+            return Ok(Hold {
+                token: token.to_owned(),
+                fence,
+                health,
+                _keeper: Keeper::Refresher(refresher),
+            });
+        };
+        if refresh_now {
+            // A handed-over grant lasts only the handoff window; the
+            // session's next renewal may come too late for it.
+            let s = &self.shared;
+            let renewed: Vec<i64> = s.route.run("refresh", COMMAND_TIMEOUT, |conn| {
+                prepare(&SCRIPTS.refresh, &s.keys, s.limit)
+                    .arg(token)
+                    .arg(s.lease.ttl_ms())
+                    .invoke(conn)
+            })?;
+            if renewed.first() != Some(&1) {
+                return Err(Error::LockUnhealthy {
+                    what: s.what.clone(),
+                    reason: "the handed-over grant ran out before it could be taken up".into(),
+                });
+            }
+        }
+        let member = Member {
+            shared: self.shared.clone(),
+            token: token.to_owned(),
+        };
+        Ok(Hold {
             token: token.to_owned(),
             fence,
-            health,
-            refresher,
-        }
+            health: binding.health(),
+            _keeper: Keeper::Session {
+                _membership: binding.join(member)?,
+            },
+        })
     }
 
     fn protocol_error(&self, operation: &str) -> Error {
@@ -381,23 +504,13 @@ async fn refresh_loop(shared: Arc<Shared>, token: String, health: Arc<Health>, m
         }
         due_now = false;
         let sent = Instant::now();
-        let server = shared.route.server();
-        let outcome = async {
-            let mut conn = server.background().await?;
-            prepare(&SCRIPTS.refresh, &shared.keys, shared.limit)
-                .arg(&token)
-                .arg(lease.ttl_ms())
-                .invoke_async::<Vec<i64>>(&mut conn)
-                .await
-                .map_err(|e| server.error("refresh", e))
-        }
-        .await;
+        let outcome = refresh_once(&shared, &token).await;
         match outcome {
-            Ok(reply) if reply.first() == Some(&1) => {
+            Ok(true) => {
                 failures = 0;
                 health.extend(sent + lease.ttl);
             }
-            Ok(_) => {
+            Ok(false) => {
                 let reason =
                     "the lease ran out or the slot was taken over before it could be refreshed";
                 log::warn!("{} lost: {reason}", shared.what);
@@ -405,7 +518,6 @@ async fn refresh_loop(shared: Arc<Shared>, token: String, health: Arc<Health>, m
                 return;
             }
             Err(e) => {
-                server.drop_background();
                 failures += 1;
                 log::warn!(
                     "refreshing {} failed ({failures}/{}): {e}",
@@ -421,4 +533,24 @@ async fn refresh_loop(shared: Arc<Shared>, token: String, health: Arc<Health>, m
             }
         }
     }
+}
+
+/// One refresh of `token`'s lease by the shared TTL: Ok(false) when it was
+/// already lost. A failed connection is dropped so the next try reconnects.
+async fn refresh_once(shared: &Shared, token: &str) -> Result<bool> {
+    let server = shared.route.server();
+    let outcome = async {
+        let mut conn = server.background().await?;
+        prepare(&SCRIPTS.refresh, &shared.keys, shared.limit)
+            .arg(token)
+            .arg(shared.lease.ttl_ms())
+            .invoke_async::<Vec<i64>>(&mut conn)
+            .await
+            .map_err(|e| server.error("refresh", e))
+    }
+    .await;
+    if outcome.is_err() {
+        server.drop_background();
+    }
+    Ok(outcome?.first() == Some(&1))
 }

@@ -90,7 +90,7 @@ impl WaitGroupBuilder {
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let what = format!("wait group {:?}", self.name);
         Ok(WaitGroup {
-            semaphore: Semaphore::new(route, keys, self.limit, lease, what),
+            semaphore: Semaphore::new(route, keys, self.limit, lease, what, None),
             slots: Holds::new(),
         })
     }
@@ -138,7 +138,7 @@ impl WaitGroup {
     /// [`Error::Timeout`] when the wait runs out.
     pub fn add(&self, timeout: Option<Duration>, interrupted: &dyn Fn() -> bool) -> Result<String> {
         let token = uuid4();
-        match self.semaphore.acquire(&token, timeout, interrupted)? {
+        match self.semaphore.acquire(&token, "", timeout, interrupted)? {
             Some(hold) => {
                 self.slots.get().insert(token.clone(), hold);
                 Ok(token)

@@ -316,3 +316,66 @@ impl DelayProxy {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 }
+
+/// This test binary re-run as a child process that runs only the test
+/// `entry`, with `env_var` set to `spec`; talks over its stdin/stdout.
+pub struct Helper {
+    pub child: Child,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Helper {
+    pub fn start(entry: &str, env_var: &str, spec: String) -> Helper {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", entry, "--nocapture", "--test-threads=1"])
+            .env(env_var, spec)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Helper {
+            stdout: std::io::BufReader::new(child.stdout.take().unwrap()),
+            child,
+        }
+    }
+
+    /// Skips test-harness chatter up to the line containing `prefix` and
+    /// returns the rest of that line.
+    pub fn expect(&mut self, prefix: &str) -> String {
+        use std::io::BufRead;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "the helper process exited early"
+            );
+            // libtest prints "test <entry> ... " on the same line.
+            if let Some(at) = line.find(prefix) {
+                return line[at + prefix.len()..].trim().to_owned();
+            }
+        }
+    }
+
+    /// Sends an empty line and returns the answer after `prefix`.
+    pub fn ask(&mut self, prefix: &str) -> String {
+        use std::io::Write;
+        writeln!(self.child.stdin.as_mut().unwrap()).unwrap();
+        self.expect(prefix)
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

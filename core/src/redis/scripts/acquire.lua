@@ -1,11 +1,12 @@
 -- acquire: take a slot for ARGV[3] if one is free and no live waiter is ahead;
 -- otherwise queue it (unless ARGV[5] is 0: try once).
 -- ARGV[3] token, ARGV[4] ttl ms, ARGV[5] waiter lease ms (0 = do not queue),
--- ARGV[6] handoff window ms.
+-- ARGV[6] handoff window ms, ARGV[7] the session binding of the grant (see
+-- `bound` in the prelude; '' outside sessions).
 -- Returns {1, fence, deadline ms, now ms} when granted, or
---         {0, 0, earliest holder deadline ms, now ms} when not.
+--         {0, 0, earliest holder deadline (or end of a lock_delay) ms, now ms} when not.
 local token, ttl_ms = ARGV[3], tonumber(ARGV[4])
-local lease_ms, handoff_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
+local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 purge_expired()
 local fence = redis.call('HGET', grants, token)
 if fence then
@@ -19,6 +20,10 @@ if fence then
   expire_with_last(grants, holders)
   return {1, fence, int(deadline), int(now_ms)}
 end
+if binding_meta ~= '' then
+  redis.call('HSET', bound, token, binding_meta)
+  expire_no_earlier(bound, math.max(lease_ms, 1))
+end
 if not redis.call('ZSCORE', queue, token) then
   redis.call('ZADD', queue, int(now_us), token)
 end
@@ -31,9 +36,12 @@ end
 if lease_ms == 0 then
   redis.call('ZREM', queue, token)
   redis.call('HDEL', leases, token)
+  redis.call('HDEL', bound, token)
 else
   redis.call('PEXPIRE', queue, int(lease_ms))
   redis.call('PEXPIRE', leases, int(lease_ms))
 end
-local earliest = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')[2] or now_ms
+-- When nobody holds it, a lock_delay is what the waiter waits out.
+local earliest = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')[2]
+  or now_ms + math.max(redis.call('PTTL', delay_key), 0)
 return {0, 0, int(earliest), int(now_ms)}

@@ -8,6 +8,8 @@ redis.call('HDEL', leases, token)
 redis.call('HDEL', watchers, token)
 redis.call('DEL', wake_prefix .. token)
 local returned = redis.call('ZREM', holders, token)
+if returned == 1 then end_grant(token, nil) end
+redis.call('HDEL', bound, token)
 redis.call('HDEL', grants, token)
 promote(nil)
 return returned

@@ -5,11 +5,17 @@
 -- KEYS[4] leases:  hash waiter token -> "<waiter lease deadline ms> <ttl ms> <handoff ms>"
 -- KEYS[5] fence:   string, the last fencing token issued for this name
 -- KEYS[6] watchers: hash watcher token -> lease deadline ms (wait() callers)
+-- KEYS[7] bound:   hash token -> "<lock_delay ms> <delete 0|1> <election 0|1> <value>"
+--                  for grants and waiters under a session
+-- KEYS[8] delay:   string, present while a lost session's lock_delay bars new grants
+-- KEYS[9] value:   string, the value a holder under a "release" session left behind
+-- KEYS[10] terms:  stream of election terms: fence + value at a grant, fence + '' at its end
 -- ARGV[1] wake-key prefix (wake key of a waiter = prefix .. token; same hash tag)
 -- ARGV[2] limit (slots)
 -- All deadlines come from this server's clock, never from a client's.
 redis.replicate_commands()
 local holders, grants, queue, leases, fence_key, watchers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local bound, delay_key, value_key, terms = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local wake_prefix, limit = ARGV[1], tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -24,12 +30,69 @@ local function expire_with_last(key, zset)
   if last then redis.call('PEXPIREAT', key, int(tonumber(last) + 1)) end
 end
 
+-- Only lengthens a key's expiry (a waiter's entry may outlive every holder's).
+local function expire_no_earlier(key, ms)
+  local left = redis.call('PTTL', key)
+  if left == -1 or (left >= 0 and left < ms) then redis.call('PEXPIRE', key, int(ms)) end
+end
+
+-- What a session attached to `token`'s grant, or nil outside sessions.
+local function binding(token)
+  local meta = redis.call('HGET', bound, token)
+  if not meta then return nil end
+  local delay_ms, delete, election, value = string.match(meta, '^(%d+) (%d) (%d) (.*)$')
+  return {delay_ms = tonumber(delay_ms), delete = delete == '1', election = election == '1', value = value}
+end
+
+-- A grant under a session must be found run out, not vanish with its keys'
+-- expiry, or its lock_delay would never start: keep them that much longer.
+local function keep_bound(b, lifetime_ms)
+  local ms = lifetime_ms + b.delay_ms + 1
+  expire_no_earlier(holders, ms)
+  expire_no_earlier(grants, ms)
+  expire_no_earlier(bound, ms)
+end
+
+-- Kept as long as the fence counter: a term's record outlives its holder.
+local function record_term(fence, value)
+  redis.call('XADD', terms, 'MAXLEN', '~', 1000, '*', 'fence', fence, 'value', value)
+  redis.call('PEXPIRE', terms, 3600000)
+end
+
+-- The end of `token`'s grant under a session: released (expired_at nil)
+-- or run out at server time expired_at. Only a lease that ran out starts
+-- the lock_delay, counted from the moment it ran out; a clean release
+-- frees the name at once.
+local function end_grant(token, expired_at)
+  local b = binding(token)
+  if not b then return end
+  redis.call('HDEL', bound, token)
+  if expired_at and b.delay_ms > 0 then
+    local left = expired_at + b.delay_ms - now_ms
+    if left > redis.call('PTTL', delay_key) then
+      redis.call('SET', delay_key, token, 'PX', int(left))
+    end
+  end
+  if not b.delete and b.value ~= '' then
+    redis.call('SET', value_key, b.value, 'PX', 3600000)
+  end
+  if b.election then
+    record_term(redis.call('HGET', grants, token), '')
+  end
+end
+
 -- Holders whose lease ran out (crashed, paused, partitioned) lose their slot.
 local function purge_expired()
-  local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now_ms)
+  local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now_ms, 'WITHSCORES')
   if #expired > 0 then
     redis.call('ZREMRANGEBYSCORE', holders, '-inf', now_ms)
-    redis.call('HDEL', grants, unpack(expired))
+    local under_session = redis.call('EXISTS', bound) == 1
+    local tokens = {}
+    for i = 1, #expired, 2 do
+      tokens[#tokens + 1] = expired[i]
+      if under_session then end_grant(expired[i], tonumber(expired[i + 1])) end
+    end
+    redis.call('HDEL', grants, unpack(tokens))
   end
 end
 
@@ -49,6 +112,13 @@ local function grant(token, lifetime_ms)
   redis.call('HSET', grants, token, int(fence))
   expire_with_last(holders, holders)
   expire_with_last(grants, holders)
+  -- A value left by an earlier holder no longer describes the name.
+  redis.call('DEL', value_key)
+  local b = binding(token)
+  if b then
+    keep_bound(b, lifetime_ms)
+    if b.election then record_term(int(fence), b.value) end
+  end
   return fence, deadline
 end
 
@@ -73,7 +143,9 @@ end
 -- Returns {fence, deadline} when `caller` itself was admitted.
 local function promote(caller)
   local admitted = nil
-  while redis.call('ZCARD', holders) < limit do
+  -- A lost session's lock_delay bars every grant until it runs out.
+  local barred = redis.call('EXISTS', delay_key) == 1
+  while not barred and redis.call('ZCARD', holders) < limit do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then break end
     local lease = redis.call('HGET', leases, head)
@@ -90,7 +162,11 @@ local function promote(caller)
         local wake = wake_prefix .. head
         redis.call('RPUSH', wake, int(fence) .. ' ' .. int(deadline))
         redis.call('PEXPIRE', wake, int(math.min(ttl_ms, handoff_ms)))
+      else
+        redis.call('HDEL', bound, head)
       end
+    else
+      redis.call('HDEL', bound, head)
     end
   end
   if redis.call('ZCARD', holders) == 0 then notify_idle() end

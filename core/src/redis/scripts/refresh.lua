@@ -10,4 +10,6 @@ end
 redis.call('ZADD', holders, 'XX', int(now_ms + ttl_ms), token)
 expire_with_last(holders, holders)
 expire_with_last(grants, holders)
+local b = binding(token)
+if b then keep_bound(b, ttl_ms) end
 return {1, int(now_ms)}

@@ -1,0 +1,110 @@
+//! `Lockyard::Redis::Session`, the native half. Keyword arguments and
+//! `Session.open` are in `lib/lockyard/redis.rb`.
+
+use magnus::{function, method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
+
+use crate::convert;
+use crate::errors::OrRaise;
+use crate::nogvl::{self, NoGvl};
+
+#[magnus::wrap(class = "Lockyard::Redis::Session", size)]
+pub(crate) struct Session {
+    pub(crate) core: NoGvl<lockyard::redis::Session>,
+}
+
+pub(crate) fn define(ruby: &Ruby, redis: RModule) -> Result<(), Error> {
+    let class = redis.define_class("Session", ruby.class_object())?;
+    class.undef_default_alloc_func();
+    class.define_singleton_method("build", method!(Session::build, 5))?;
+    class.define_method("destroy", method!(Session::destroy, 0))?;
+    class.define_method("healthy?", method!(Session::healthy, 0))?;
+    class.define_method("check_health!", method!(Session::check_health, 0))?;
+    class.define_method("id", method!(Session::id, 0))?;
+    class.define_method("ttl", method!(Session::ttl, 0))?;
+    class.define_method("lock_delay", method!(Session::lock_delay, 0))?;
+    class.define_method("behavior", method!(Session::behavior, 0))?;
+    redis.define_singleton_method("holder_value", function!(holder_value, 2))?;
+    Ok(())
+}
+
+/// The value of the current holder of the lock `name`, or nil.
+fn holder_value(ruby: &Ruby, url: Value, name: Value) -> Result<Option<String>, Error> {
+    let (url, name) = (
+        convert::string("url", url).or_raise(ruby)?,
+        convert::string("name", name).or_raise(ruby)?,
+    );
+    nogvl::blocking(ruby, |_| lockyard::redis::holder(&url, &name))
+}
+
+impl Session {
+    /// Called by `Session.new` with its keywords; wraps as `class`.
+    fn build(
+        ruby: &Ruby,
+        class: RClass,
+        url: Value,
+        ttl: Value,
+        behavior: Value,
+        lock_delay: Value,
+        connect_timeout: Value,
+    ) -> Result<Obj<Session>, Error> {
+        let builder = || {
+            Ok(
+                lockyard::redis::Session::builder(convert::string("url", url)?)
+                    .ttl(convert::seconds(ruby, "ttl", ttl)?)
+                    .behavior(convert::string("behavior", behavior)?.parse()?)
+                    .lock_delay(convert::seconds(ruby, "lock_delay", lock_delay)?)
+                    .connect_timeout(convert::seconds(ruby, "connect_timeout", connect_timeout)?),
+            )
+        };
+        let builder = builder().or_raise(ruby)?;
+        let session = nogvl::blocking(ruby, |_| builder.clone().build())?;
+        Ok(ruby.obj_wrap_as(
+            Session {
+                core: NoGvl::new(session),
+            },
+            class,
+        ))
+    }
+
+    fn destroy(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+        rb_self.core.blocking(ruby, |session, _| session.destroy())
+    }
+
+    fn healthy(ruby: &Ruby, rb_self: &Self) -> bool {
+        rb_self.core.nonblocking(ruby, |session| session.healthy())
+    }
+
+    fn check_health(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+        rb_self
+            .core
+            .nonblocking(ruby, |session| session.check_health())
+            .or_raise(ruby)
+    }
+
+    fn id(ruby: &Ruby, rb_self: &Self) -> String {
+        rb_self
+            .core
+            .nonblocking(ruby, |session| session.id().to_owned())
+    }
+
+    fn ttl(ruby: &Ruby, rb_self: &Self) -> f64 {
+        rb_self
+            .core
+            .nonblocking(ruby, |session| session.ttl().as_secs_f64())
+    }
+
+    fn lock_delay(ruby: &Ruby, rb_self: &Self) -> f64 {
+        rb_self
+            .core
+            .nonblocking(ruby, |session| session.lock_delay().as_secs_f64())
+    }
+
+    fn behavior(ruby: &Ruby, rb_self: &Self) -> &'static str {
+        rb_self
+            .core
+            .nonblocking(ruby, |session| match session.behavior() {
+                lockyard::redis::Behavior::Delete => "delete",
+                _ => "release",
+            })
+    }
+}

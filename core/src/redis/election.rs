@@ -1,0 +1,321 @@
+//! Leader election under a session: the leader is the holder of the lock
+//! `name`, its value says who it is, and every term (a grant and its end)
+//! is recorded in order on the stream `lockyard:{name}:terms`, so
+//! observers see each change, however quick, in fencing-token order.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::keys::Keys;
+use super::semaphore::{Hold, Semaphore};
+use super::server::{server, Route, COMMAND_TIMEOUT};
+use super::session::{Binding, Session};
+use crate::error::{Error, Result};
+use crate::identity::random_hex;
+
+/// How often an observer with nothing to read asks whether the leader's
+/// lease ran out (nobody else may notice, and so record, its end).
+const RECHECK: Duration = Duration::from_millis(500);
+/// Longest single blocking read; bounds how late an interrupt is noticed.
+const READ_SLICE: Duration = Duration::from_millis(50);
+
+/// One change of leadership: a new leader's term begins (`value` is its
+/// value) or a term ends (`value` is None: nobody leads until the next
+/// term). `fencing_token` is the term's, strictly increasing across terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Term {
+    pub value: Option<String>,
+    pub fencing_token: u64,
+}
+
+/// Campaigning for and observing the leadership of `name`.
+///
+/// ```no_run
+/// use lockyard::redis::{Election, Session};
+///
+/// let url = "redis://127.0.0.1:6379/0";
+/// let session = Session::builder(url).build()?;
+/// let election = Election::new(url, "scheduler", &session)?;
+/// if election.campaign("node-a", None)? {
+///     println!("leading term {:?}", election.fencing_token());
+/// }
+/// for term in election.observe().take(3) {
+///     println!("leader now: {:?}", term?.value);
+/// }
+/// # Ok::<(), lockyard::Error>(())
+/// ```
+pub struct Election {
+    semaphore: Semaphore,
+    token: String,
+    term: Mutex<Option<Hold>>,
+}
+
+impl Election {
+    /// The election `name` on the Redis server at `url`, campaigning under
+    /// `session`. Touches no server.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a bad name or URL or a destroyed session.
+    pub fn new(url: &str, name: &str, session: &Session) -> Result<Election> {
+        let state = session.state().clone();
+        state.usable()?;
+        let semaphore = Semaphore::new(
+            Route::new(server(url, Duration::from_secs(5))?),
+            Keys::new(name)?,
+            1,
+            state.lease().clone(),
+            format!("election {name:?}"),
+            Some(Binding::new(state.clone(), true)),
+        );
+        Ok(Election {
+            token: format!("{}-{}/{}", state.id(), std::process::id(), random_hex(4)),
+            semaphore,
+            term: Mutex::new(None),
+        })
+    }
+
+    /// Waits up to `timeout` (None: forever; zero: one attempt) to become
+    /// the leader with `value`. Ok(false) when the timeout ran out.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an empty value, [`Error::AlreadyLocked`] when
+    /// this election leads already, [`Error::LockUnhealthy`] when the
+    /// session is lost, [`Error::Backend`] if Redis cannot be reached.
+    pub fn campaign(&self, value: &str, timeout: Option<Duration>) -> Result<bool> {
+        self.campaign_interruptibly(value, timeout, &|| false)
+    }
+
+    /// [`Election::campaign`] with an interrupt check polled at least
+    /// every 50 ms (see `Lock::acquire_interruptibly`).
+    pub fn campaign_interruptibly(
+        &self,
+        value: &str,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        if value.is_empty() {
+            return Err(Error::config("a campaign's value must not be empty"));
+        }
+        if self.term().is_some() {
+            return Err(Error::AlreadyLocked(self.semaphore.what().to_owned()));
+        }
+        match self
+            .semaphore
+            .acquire(&self.token, value, timeout, interrupted)?
+        {
+            Some(hold) => {
+                *self.term() = Some(hold);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Steps down; the next campaigner takes over at once. Ok(false) when
+    /// leadership had already been lost.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] when this election does not lead.
+    pub fn resign(&self) -> Result<bool> {
+        let hold = self
+            .term()
+            .take()
+            .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))?;
+        self.semaphore.release(hold)
+    }
+
+    /// The current leader's value, None when nobody leads. Asks Redis.
+    pub fn leader(&self) -> Result<Option<String>> {
+        let now = self.semaphore.holder()?;
+        Ok(now.value.filter(|_| now.held))
+    }
+
+    /// Whether this election leads and its session is surely live. Reads a
+    /// flag and the clock; never touches Redis.
+    pub fn is_leader(&self) -> bool {
+        self.term()
+            .as_ref()
+            .is_some_and(|hold| hold.health.is_healthy())
+    }
+
+    /// # Errors
+    /// [`Error::NotLocked`] when not leading, [`Error::LockUnhealthy`] when
+    /// leadership may be lost.
+    pub fn check_health(&self) -> Result<()> {
+        match self.term().as_ref() {
+            None => Err(Error::NotLocked(self.semaphore.what().to_owned())),
+            Some(hold) => hold.check_health(self.semaphore.what()),
+        }
+    }
+
+    /// The fencing token of this election's current term, if it leads.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.term().as_ref().map(|hold| hold.fence)
+    }
+
+    /// The changes of leadership from now on, starting with the current
+    /// state: an endless iterator (see [`Observer::next_change`] for one
+    /// with a timeout and an interrupt check).
+    pub fn observe(&self) -> Observer {
+        Observer {
+            semaphore: self.semaphore.clone(),
+            last_id: None,
+            pending: VecDeque::new(),
+            next_recheck: Instant::now(),
+        }
+    }
+
+    fn term(&self) -> std::sync::MutexGuard<'_, Option<Hold>> {
+        self.term.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Election {
+    /// A dropped leader resigns rather than leaving its term to the session.
+    fn drop(&mut self) {
+        if let Some(hold) = self.term().take() {
+            if let Err(e) = self.semaphore.release(hold) {
+                log::warn!("resigning {} on drop failed: {e}", self.semaphore.what());
+            }
+        }
+    }
+}
+
+/// The leadership changes of one election, read in order from its terms
+/// stream (which keeps the last ~1000; an observer further behind misses
+/// the oldest).
+pub struct Observer {
+    semaphore: Semaphore,
+    /// The last stream entry seen; None until the current state was read.
+    last_id: Option<String>,
+    pending: VecDeque<Term>,
+    next_recheck: Instant,
+}
+
+impl Observer {
+    /// Waits up to `timeout` (None: forever) for the next change; the first
+    /// call returns the current state at once. Ok(None) when the timeout
+    /// ran out; [`Error::Interrupted`] once `interrupted` answers true
+    /// (polled at least every 50 ms).
+    pub fn next_change(
+        &mut self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<Term>> {
+        let give_up_at = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(term) = self.pending.pop_front() {
+                return Ok(Some(term));
+            }
+            if interrupted() {
+                return Err(Error::Interrupted(self.semaphore.what().to_owned()));
+            }
+            let Some(last_id) = self.last_id.clone() else {
+                let now = self.semaphore.holder()?;
+                self.pending.push_back(Term {
+                    value: now.value.filter(|_| now.held),
+                    fencing_token: now.fence,
+                });
+                self.last_id = Some(now.last_term);
+                continue;
+            };
+            if Instant::now() >= self.next_recheck {
+                // Purges a leader whose lease ran out, which records its end.
+                self.semaphore.holder()?;
+                self.next_recheck = Instant::now() + RECHECK;
+            }
+            let mut slice = READ_SLICE;
+            if let Some(at) = give_up_at {
+                let left = at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                slice = slice.min(left);
+            }
+            self.read(&last_id, slice)?;
+        }
+    }
+
+    /// One blocking XREAD of the terms after `after`, into `pending`.
+    fn read(&mut self, after: &str, slice: Duration) -> Result<()> {
+        let key = &self.semaphore.keys().terms;
+        let reply: redis::Value =
+            self.semaphore
+                .route()
+                .run("observe", slice + COMMAND_TIMEOUT, |conn| {
+                    redis::cmd("XREAD")
+                        .arg("COUNT")
+                        .arg(100)
+                        .arg("BLOCK")
+                        .arg(slice.as_millis().max(1) as u64)
+                        .arg("STREAMS")
+                        .arg(key)
+                        .arg(after)
+                        .query(conn)
+                })?;
+        for (id, fields) in stream_entries(reply) {
+            let field = |name: &str| {
+                fields
+                    .chunks(2)
+                    .find(|pair| pair[0] == name)
+                    .and_then(|pair| pair.get(1).cloned())
+            };
+            let fencing_token = field("fence").and_then(|f| f.parse().ok()).ok_or_else(|| {
+                Error::backend(
+                    &self.semaphore.route().server().name,
+                    "observe",
+                    "a term without a fencing token",
+                )
+            })?;
+            let value = field("value").filter(|v| !v.is_empty());
+            self.pending.push_back(Term {
+                value,
+                fencing_token,
+            });
+            self.last_id = Some(id);
+        }
+        Ok(())
+    }
+}
+
+/// The (id, [field, value, ...]) entries of an XREAD reply of one stream.
+fn stream_entries(reply: redis::Value) -> Vec<(String, Vec<String>)> {
+    use redis::Value;
+    let text = |v: &Value| redis::from_redis_value_ref::<String>(v).ok();
+    let streams = match reply {
+        Value::Array(streams) => streams,
+        Value::Map(pairs) => pairs
+            .into_iter()
+            .map(|(k, v)| Value::Array(vec![k, v]))
+            .collect(),
+        _ => return Vec::new(),
+    };
+    let mut entries = Vec::new();
+    for stream in streams {
+        let Value::Array(mut parts) = stream else {
+            continue;
+        };
+        let Some(Value::Array(items)) = parts.pop() else {
+            continue;
+        };
+        for item in items {
+            let Value::Array(item) = item else { continue };
+            let (Some(id), Some(Value::Array(fields))) = (item.first().and_then(text), item.get(1))
+            else {
+                continue;
+            };
+            entries.push((id, fields.iter().filter_map(text).collect()));
+        }
+    }
+    entries
+}
+
+impl Iterator for Observer {
+    type Item = Result<Term>;
+
+    /// Blocks until the next change (the first call: the current state).
+    fn next(&mut self) -> Option<Result<Term>> {
+        self.next_change(None, &|| false).transpose()
+    }
+}

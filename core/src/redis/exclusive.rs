@@ -1,0 +1,99 @@
+//! Mutually exclusive workers (the source's job servers): each worker walks
+//! the same task names and runs only the tasks whose lock it wins under its
+//! session, skipping taken ones without waiting.
+
+use super::lock::Lock;
+use super::session::Session;
+use crate::error::Result;
+
+/// Tries each name's lock once under `session` and yields only the ones
+/// won. A [`Claim`] holds its lock until dropped, so in a `for` loop each
+/// task's lock is released when the loop moves on, breaks or returns.
+///
+/// ```no_run
+/// use lockyard::redis::{exclusive, Session};
+///
+/// let url = "redis://127.0.0.1:6379/0";
+/// let session = Session::builder(url).build()?;
+/// for claim in exclusive(url, ["task-1", "task-2"], &session) {
+///     let claim = claim?;
+///     println!("running {} (fencing token {})", claim.name(), claim.fencing_token());
+/// }
+/// # Ok::<(), lockyard::Error>(())
+/// ```
+pub fn exclusive<'s, I>(url: &str, names: I, session: &'s Session) -> Exclusive<'s, I::IntoIter>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    Exclusive {
+        url: url.to_owned(),
+        names: names.into_iter(),
+        session,
+    }
+}
+
+/// The iterator of [`exclusive`].
+pub struct Exclusive<'s, I> {
+    url: String,
+    names: I,
+    session: &'s Session,
+}
+
+impl<I> Iterator for Exclusive<'_, I>
+where
+    I: Iterator,
+    I::Item: AsRef<str>,
+{
+    type Item = Result<Claim>;
+
+    fn next(&mut self) -> Option<Result<Claim>> {
+        for name in self.names.by_ref() {
+            let name = name.as_ref();
+            let claimed = Lock::builder(self.url.as_str(), name)
+                .session(self.session)
+                .build()
+                .and_then(|lock| {
+                    let won =
+                        lock.acquire_interruptibly(Some(std::time::Duration::ZERO), &|| false)?;
+                    Ok(won.then(|| Claim {
+                        name: name.to_owned(),
+                        lock,
+                    }))
+                });
+            match claimed {
+                Ok(None) => continue,
+                Ok(Some(claim)) => return Some(Ok(claim)),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        None
+    }
+}
+
+/// A task this worker won; its lock is released when the claim is dropped.
+/// Dropping it on another thread than the one that won it leaves the lock
+/// to the session (freed when the session ends).
+pub struct Claim {
+    name: String,
+    lock: Lock,
+}
+
+impl Claim {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The grant's fencing token.
+    pub fn fencing_token(&self) -> u64 {
+        self.lock.fencing_token().unwrap_or_default()
+    }
+
+    /// The session's health, which is the claim's.
+    ///
+    /// # Errors
+    /// [`crate::Error::LockUnhealthy`] once the claim may be lost.
+    pub fn check_health(&self) -> Result<()> {
+        self.lock.check_health()
+    }
+}

@@ -1,0 +1,462 @@
+//! A Redis session (Consul's session, on Redis): one lease, renewed every
+//! ttl/2 in the background, that locks and elections can live under. Their
+//! grants carry no TTL of their own: the session's renewal refreshes them
+//! all, their health is the session's, and when the session is lost they
+//! are lost together.
+//!
+//! Keys: the session itself is `lockyard:session:{<id>}` (PX ttl); each
+//! grant under it is an ordinary grant of its name whose `bound` entry
+//! records the session's lock_delay and behavior and the grant's value
+//! (see `scripts/prelude.lua`).
+//!
+//! What stays in Redis after [`Session::destroy`]: only keys that expire on
+//! their own — each name's fencing counter (ttl + 1 h after its last
+//! grant, as for every lock), the value a [`Behavior::Release`] session
+//! left behind (1 h, or until the name is granted again), and an
+//! election's terms stream (1 h after its last term). A session lost
+//! without `destroy()` leaves its grants until ttl + lock_delay, then the
+//! same.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use super::semaphore::Member;
+use super::server::{server, Route, COMMAND_TIMEOUT};
+use super::settings::Lease;
+use crate::error::{Error, Result};
+use crate::health::Health;
+use crate::identity::random_hex;
+use crate::runtime;
+
+/// What ending a session (destroyed, or lost) does to its locks' values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Behavior {
+    /// The locks are freed; each one's value stays readable through
+    /// [`holder`](super::holder) until the name is granted again (kept at
+    /// most an hour).
+    #[default]
+    Release,
+    /// The locks are freed and their values deleted with them.
+    Delete,
+}
+
+impl std::str::FromStr for Behavior {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Behavior> {
+        match text {
+            "release" => Ok(Behavior::Release),
+            "delete" => Ok(Behavior::Delete),
+            other => Err(Error::config(format!(
+                "behavior must be \"release\" or \"delete\", got {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A lease that locks and elections live under; see the module docs.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lockyard::redis::{Lock, Session};
+///
+/// let url = "redis://127.0.0.1:6379/0";
+/// let session = Session::builder(url).ttl(Duration::from_secs(15)).build()?;
+/// let lock = Lock::builder(url, "task-7").session(&session).value("worker-3").build()?;
+/// if let Some(guard) = lock.try_acquire()? {
+///     guard.check_health()?; // the session's health
+/// }
+/// session.destroy()?; // frees every lock held under it at once
+/// # Ok::<(), lockyard::Error>(())
+/// ```
+pub struct Session {
+    state: Arc<SessionState>,
+}
+
+/// Options for a [`Session`]; start with [`Session::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct SessionBuilder {
+    url: String,
+    ttl: Duration,
+    behavior: Behavior,
+    lock_delay: Duration,
+    connect_timeout: Duration,
+}
+
+impl SessionBuilder {
+    /// How long the session outlives its last renewal (default 15 s; at
+    /// least 10 ms). Renewed every ttl/2.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// What the session's end does to its locks' values (default release).
+    pub fn behavior(mut self, behavior: Behavior) -> Self {
+        self.behavior = behavior;
+        self
+    }
+    /// How long the locks of a session that was lost without
+    /// [`Session::destroy`] stay barred, counted from the moment their lease
+    /// ran out (default 15 s; zero disables it).
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self
+    }
+    /// How long connecting to Redis may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Validates the options, creates the session in Redis and starts
+    /// renewing it.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a TTL under 10 ms or a bad URL,
+    /// [`Error::Backend`] if Redis cannot be reached.
+    pub fn build(self) -> Result<Session> {
+        if self.ttl < Duration::from_millis(10) {
+            return Err(Error::config(format!(
+                "a session's ttl must be at least 10 ms, got {:?}",
+                self.ttl
+            )));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(Error::config("connect_timeout must be positive"));
+        }
+        let lease = Lease::new(self.ttl, Some(self.ttl / 2), 1)?;
+        let route = Route::new(server(&self.url, self.connect_timeout)?);
+        let id = random_hex(16);
+        let key = format!("lockyard:session:{{{id}}}");
+        let sent = Instant::now();
+        route.run("create session", COMMAND_TIMEOUT, |conn| {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(format!("{} {:?}", std::process::id(), self.behavior))
+                .arg("NX")
+                .arg("PX")
+                .arg(lease.ttl_ms())
+                .query::<()>(conn)
+        })?;
+        let state = Arc::new(SessionState {
+            id,
+            key,
+            route,
+            lease,
+            behavior: self.behavior,
+            lock_delay: self.lock_delay,
+            health: Arc::new(Health::new(sent + self.ttl)),
+            members: Mutex::new(HashMap::new()),
+            next_member: AtomicU64::new(0),
+            destroyed: AtomicBool::new(false),
+            pid: std::process::id(),
+            renewer: Mutex::new(None),
+        });
+        let renewer = runtime::spawn(renew_loop(state.clone()));
+        *state.renewer.lock().unwrap_or_else(|e| e.into_inner()) = Some(renewer);
+        Ok(Session { state })
+    }
+}
+
+impl Session {
+    /// Options for a session on the Redis server at `url`.
+    pub fn builder(url: impl Into<String>) -> SessionBuilder {
+        SessionBuilder {
+            url: url.into(),
+            ttl: Duration::from_secs(15),
+            behavior: Behavior::Release,
+            lock_delay: Duration::from_secs(15),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The session's random id, for logs and debugging.
+    pub fn id(&self) -> &str {
+        &self.state.id
+    }
+
+    /// See [`SessionBuilder::ttl`].
+    pub fn ttl(&self) -> Duration {
+        self.state.lease.ttl
+    }
+
+    /// See [`SessionBuilder::behavior`].
+    pub fn behavior(&self) -> Behavior {
+        self.state.behavior
+    }
+
+    /// See [`SessionBuilder::lock_delay`].
+    pub fn lock_delay(&self) -> Duration {
+        self.state.lock_delay
+    }
+
+    /// Whether the session (and so every lock under it) is surely live:
+    /// not destroyed, not lost, renewed within its TTL. Reads a flag and
+    /// the clock; never touches Redis.
+    pub fn healthy(&self) -> bool {
+        self.state.health.is_healthy()
+    }
+
+    /// # Errors
+    /// [`Error::LockUnhealthy`] if the session was destroyed or may be lost.
+    pub fn check_health(&self) -> Result<()> {
+        self.state.check_health()
+    }
+
+    /// Frees every lock held under the session at once (no lock_delay),
+    /// deletes the session from Redis and stops renewing it. Locks under it
+    /// report unhealthy afterwards; calling it again does nothing.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if Redis could not be asked; the session is
+    /// destroyed locally all the same, and what Redis still holds runs out
+    /// after ttl + lock_delay.
+    pub fn destroy(&self) -> Result<()> {
+        self.state.destroy()
+    }
+
+    pub(crate) fn state(&self) -> &Arc<SessionState> {
+        &self.state
+    }
+}
+
+impl Drop for Session {
+    /// A dropped session is destroyed, unless this is a forked child: the
+    /// session belongs to the process that created it.
+    fn drop(&mut self) {
+        if self.state.pid == std::process::id() {
+            if let Err(e) = self.state.destroy() {
+                log::warn!("destroying session {} on drop failed: {e}", self.state.id);
+            }
+        }
+    }
+}
+
+pub(crate) struct SessionState {
+    id: String,
+    key: String,
+    route: Route,
+    lease: Lease,
+    behavior: Behavior,
+    lock_delay: Duration,
+    health: Arc<Health>,
+    /// Grants held under the session, kept alive by its renewal.
+    members: Mutex<HashMap<u64, Member>>,
+    next_member: AtomicU64,
+    destroyed: AtomicBool,
+    pid: u32,
+    renewer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl SessionState {
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn what(&self) -> String {
+        format!("session {}", self.id)
+    }
+
+    /// Whether new grants may be taken under the session.
+    pub(crate) fn usable(&self) -> Result<()> {
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(self.destroyed_error());
+        }
+        self.check_health()
+    }
+
+    fn destroyed_error(&self) -> Error {
+        Error::config(format!(
+            "{} was destroyed; locks cannot be bound to it",
+            self.what()
+        ))
+    }
+
+    fn check_health(&self) -> Result<()> {
+        match self.health.problem() {
+            None => Ok(()),
+            Some(reason) => Err(Error::LockUnhealthy {
+                what: self.what(),
+                reason,
+            }),
+        }
+    }
+
+    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Member>> {
+        self.members.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn destroy(&self) -> Result<()> {
+        if self.destroyed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if let Some(renewer) = self
+            .renewer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            renewer.abort();
+        }
+        self.health.mark_lost("the session was destroyed");
+        let members: Vec<Member> = self.members().drain().map(|(_, m)| m).collect();
+        let mut first_error = None;
+        for member in members {
+            if let Err(e) = member.release() {
+                first_error.get_or_insert(e);
+            }
+        }
+        let deleted = self.route.run("destroy session", COMMAND_TIMEOUT, |conn| {
+            redis::cmd("DEL").arg(&self.key).query::<()>(conn)
+        });
+        match first_error {
+            Some(e) => Err(e),
+            None => deleted,
+        }
+    }
+}
+
+/// A grant's tie to the session it lives under; the grant leaves the
+/// session's renewal when this is dropped.
+pub(crate) struct Membership {
+    state: Arc<SessionState>,
+    id: u64,
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.state.members().remove(&self.id);
+    }
+}
+
+/// How a lock or election binds its grants to a session.
+#[derive(Clone)]
+pub(crate) struct Binding {
+    state: Arc<SessionState>,
+    /// Grants record election terms (see `Election::observe`).
+    election: bool,
+}
+
+impl Binding {
+    pub(crate) fn new(state: Arc<SessionState>, election: bool) -> Binding {
+        Binding { state, election }
+    }
+
+    /// The `bound` entry of a grant with `value`, once the session is
+    /// known to be usable.
+    pub(crate) fn meta(&self, value: &str) -> Result<String> {
+        self.state.usable()?;
+        Ok(format!(
+            "{} {} {} {value}",
+            self.state.lock_delay.as_millis(),
+            u8::from(self.state.behavior == Behavior::Delete),
+            u8::from(self.election)
+        ))
+    }
+
+    pub(crate) fn health(&self) -> Arc<Health> {
+        self.state.health.clone()
+    }
+
+    /// Puts a new grant under the session's renewal. A grant that raced
+    /// with [`Session::destroy`] (granted after destroy drained the
+    /// session) is given back here instead of outliving the session.
+    pub(crate) fn join(&self, member: Member) -> Result<Membership> {
+        let id = self.state.next_member.fetch_add(1, Ordering::Relaxed);
+        self.state.members().insert(id, member.clone());
+        let membership = Membership {
+            state: self.state.clone(),
+            id,
+        };
+        if self.state.destroyed.load(Ordering::Acquire) {
+            drop(membership);
+            member.release()?;
+            return Err(self.state.destroyed_error());
+        }
+        Ok(membership)
+    }
+}
+
+/// Renews the session key and every grant under it every ttl/2. A grant
+/// or the key found gone loses the session (and its locks) at once; after
+/// a transient failure it retries every ttl/10 until the lease it still
+/// surely has runs out.
+async fn renew_loop(state: Arc<SessionState>) {
+    let ttl = state.lease.ttl;
+    let mut failures = 0u32;
+    loop {
+        tokio::time::sleep(if failures == 0 { ttl / 2 } else { ttl / 10 }).await;
+        let sent = Instant::now();
+        match renew_once(&state).await {
+            Ok(None) => {
+                failures = 0;
+                state.health.extend(sent + ttl);
+            }
+            Ok(Some(reason)) => {
+                log::warn!("{} lost: {reason}", state.what());
+                state.health.mark_lost(reason);
+                return;
+            }
+            Err(e) => {
+                failures += 1;
+                log::warn!(
+                    "renewing {} failed ({failures} in a row): {e}",
+                    state.what()
+                );
+                if !state.health.is_healthy() {
+                    state.health.mark_lost(format!(
+                        "its lease ran out while renewals failed, the last with: {e}"
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Ok(Some(reason)) when the session turned out lost.
+async fn renew_once(state: &SessionState) -> Result<Option<String>> {
+    let server = state.route.server();
+    let renewed = async {
+        let mut conn = server.background().await?;
+        redis::cmd("PEXPIRE")
+            .arg(&state.key)
+            .arg(state.lease.ttl_ms())
+            .query_async::<i64>(&mut conn)
+            .await
+            .map_err(|e| server.error("renew session", e))
+    }
+    .await;
+    if renewed.is_err() {
+        server.drop_background();
+    }
+    if renewed? == 0 {
+        return Ok(Some(
+            "the session ran out before it could be renewed (paused or partitioned?)".into(),
+        ));
+    }
+    let members: Vec<(u64, Member)> = state
+        .members()
+        .iter()
+        .map(|(id, m)| (*id, m.clone()))
+        .collect();
+    for (id, member) in members {
+        // A grant released meanwhile is gone for a good reason.
+        if !member.refresh().await? && state.members().contains_key(&id) {
+            return Ok(Some(
+                "a lock under it ran out or was taken over before it could be refreshed".into(),
+            ));
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,218 @@
+//! Sessions, locks under them, exclusive workers and elections against a
+//! real redis-server (one process; crashes and pauses are in
+//! `redis_session_crash.rs`).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockyard::redis::{exclusive, holder, Behavior, Election, Lock, Session, Term};
+use lockyard::Error;
+use support::{eventually, RedisServer};
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+fn session(server: &RedisServer, ttl_ms: u64, behavior: Behavior, delay_ms: u64) -> Session {
+    Session::builder(server.url())
+        .ttl(MS(ttl_ms))
+        .behavior(behavior)
+        .lock_delay(MS(delay_ms))
+        .build()
+        .unwrap()
+}
+
+fn lock_under(server: &RedisServer, name: &str, session: &Session, value: &str) -> Lock {
+    Lock::builder(server.url(), name)
+        .session(session)
+        .value(value)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_live_session_keeps_its_locks_long_past_its_ttl() {
+    let server = RedisServer::start();
+    let mine = session(&server, 200, Behavior::Release, 0);
+    let theirs = session(&server, 200, Behavior::Release, 0);
+    let lock = lock_under(&server, "task", &mine, "me");
+    let guard = lock.try_acquire().unwrap().expect("free at first");
+    std::thread::sleep(MS(1000));
+    assert!(mine.healthy() && guard.healthy());
+    let other = lock_under(&server, "task", &theirs, "them");
+    assert!(
+        other.try_acquire().unwrap().is_none(),
+        "taken from a live session"
+    );
+    assert_eq!(
+        holder(&server.url(), "task").unwrap().as_deref(),
+        Some("me")
+    );
+}
+
+#[test]
+fn destroy_frees_every_lock_at_once_and_leaves_only_expiring_keys() {
+    let server = RedisServer::start();
+    for (behavior, kept) in [(Behavior::Release, Some("w1")), (Behavior::Delete, None)] {
+        let name = format!("task-{behavior:?}");
+        let first = session(&server, 5000, behavior, 5000);
+        let a = lock_under(&server, &name, &first, "w1");
+        let b = lock_under(&server, &format!("{name}-b"), &first, "w1");
+        let _held = (
+            a.try_acquire().unwrap().unwrap(),
+            b.try_acquire().unwrap().unwrap(),
+        );
+        first.destroy().unwrap();
+        assert!(!first.healthy());
+        assert!(matches!(a.check_health(), Err(Error::LockUnhealthy { .. })));
+        assert_eq!(holder(&server.url(), &name).unwrap().as_deref(), kept);
+        let mut raw = server.raw().unwrap();
+        for key in server.keys() {
+            let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut raw).unwrap();
+            let expected = key.ends_with(":fence") || key.ends_with(":value");
+            assert!(expected && ttl > 0, "{key} left behind (pttl {ttl})");
+        }
+        // No lock_delay after a clean destroy.
+        let second = session(&server, 5000, behavior, 5000);
+        let again = lock_under(&server, &name, &second, "w2");
+        assert!(
+            again.try_acquire().unwrap().is_some(),
+            "not free after destroy"
+        );
+        drop(_held);
+    }
+}
+
+#[test]
+fn a_lost_session_bars_its_locks_for_lock_delay() {
+    let server = RedisServer::start();
+    let lost = session(&server, 300, Behavior::Delete, 800);
+    let lock = lock_under(&server, "delayed", &lost, "gone");
+    let guard = lock.try_acquire().unwrap().unwrap();
+    // Lose it the way a long partition would: its lease runs out now.
+    let mut raw = server.raw().unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("lockyard:{delayed}:holders")
+        .arg("XX")
+        .arg(secs * 1000 + micros / 1000)
+        .arg(lock.identity())
+        .query(&mut raw)
+        .unwrap();
+    let expired_at = Instant::now();
+    eventually(MS(2000), "the session notices", || !lost.healthy());
+    assert!(matches!(
+        guard.check_health(),
+        Err(Error::LockUnhealthy { .. })
+    ));
+    let next = session(&server, 5000, Behavior::Release, 0);
+    let waiter = lock_under(&server, "delayed", &next, "next");
+    assert!(
+        waiter.try_acquire().unwrap().is_none(),
+        "barred by the delay"
+    );
+    let took = waiter.acquire(Some(MS(3000))).unwrap();
+    let waited = expired_at.elapsed();
+    assert!(waited >= MS(700), "free before lock_delay: {waited:?}");
+    assert!(waited < MS(1600), "free too late: {waited:?}");
+    assert_eq!(
+        holder(&server.url(), "delayed").unwrap().as_deref(),
+        Some("next")
+    );
+    drop(took);
+}
+
+#[test]
+fn bad_input_is_a_config_error() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let config = |r: Result<(), Error>| matches!(r, Err(Error::Config(_)));
+    assert!(config(
+        Session::builder(&url).ttl(Duration::ZERO).build().map(drop)
+    ));
+    assert!(config("sometimes".parse::<Behavior>().map(drop)));
+    assert!(config(
+        Lock::builder(&url, "x").value("v").build().map(drop)
+    ));
+    let s = session(&server, 1000, Behavior::Release, 0);
+    assert!(config(
+        Lock::builder(&url, "x")
+            .session(&s)
+            .ttl(MS(5))
+            .build()
+            .map(drop)
+    ));
+    let lock = lock_under(&server, "x", &s, "v");
+    s.destroy().unwrap();
+    assert!(config(
+        Lock::builder(&url, "x").session(&s).build().map(drop)
+    ));
+    assert!(config(Election::new(&url, "x", &s).map(drop)));
+    assert!(config(lock.try_acquire().map(drop)));
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+}
+
+#[test]
+fn exclusive_yields_only_the_names_this_worker_won_and_releases_each() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let other = session(&server, 5000, Behavior::Release, 0);
+    let taken = lock_under(&server, "t2", &other, "other");
+    let _guard = taken.try_acquire().unwrap().unwrap();
+    let mine = session(&server, 5000, Behavior::Release, 0);
+    let mut ran = Vec::new();
+    for claim in exclusive(&url, ["t1", "t2", "t3"], &mine) {
+        let claim = claim.unwrap();
+        claim.check_health().unwrap();
+        ran.push(claim.name().to_owned());
+        // While it runs, nobody else can take it.
+        let rival = lock_under(&server, claim.name(), &other, "other");
+        assert!(rival.try_acquire().unwrap().is_none());
+    }
+    assert_eq!(ran, ["t1", "t3"]);
+    // Released as the loop moved on.
+    let rival = lock_under(&server, "t1", &other, "other");
+    assert!(rival.try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn observe_reports_every_term_in_fencing_order() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (sa, sb) = (
+        session(&server, 2000, Behavior::Release, 0),
+        session(&server, 2000, Behavior::Release, 0),
+    );
+    let a = Election::new(&url, "leader", &sa).unwrap();
+    let b = Election::new(&url, "leader", &sb).unwrap();
+    let watcher = Election::new(&url, "leader", &sb).unwrap();
+    let mut observer = watcher.observe();
+    let first = observer.next_change(Some(MS(1000)), &|| false).unwrap();
+    assert_eq!(first.unwrap().value, None);
+    // Two quick changes of leadership, and one waiting handoff.
+    assert!(a.campaign("a", Some(Duration::ZERO)).unwrap());
+    assert_eq!(b.leader().unwrap().as_deref(), Some("a"));
+    a.resign().unwrap();
+    assert!(b.campaign("b", Some(Duration::ZERO)).unwrap());
+    let handoff = std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| a.campaign("a", Some(MS(3000))).unwrap());
+        std::thread::sleep(MS(200));
+        b.resign().unwrap();
+        waiting.join().unwrap()
+    });
+    assert!(handoff && a.is_leader());
+    let mut terms: Vec<Term> = Vec::new();
+    while let Some(term) = observer.next_change(Some(MS(700)), &|| false).unwrap() {
+        terms.push(term);
+    }
+    let values: Vec<Option<&str>> = terms.iter().map(|t| t.value.as_deref()).collect();
+    assert_eq!(values, [Some("a"), None, Some("b"), None, Some("a")]);
+    let fences: Vec<u64> = terms.iter().map(|t| t.fencing_token).collect();
+    assert!(fences[0] == fences[1] && fences[1] < fences[2] && fences[3] < fences[4]);
+    assert_eq!(a.fencing_token(), Some(fences[4]));
+    assert_eq!(watcher.leader().unwrap().as_deref(), Some("a"));
+    // A leader whose session is lost ends its term without anyone resigning.
+    sa.destroy().unwrap();
+    let end = observer.next_change(Some(MS(2000)), &|| false).unwrap();
+    assert_eq!(end.map(|t| t.value), Some(None));
+    assert_eq!(watcher.leader().unwrap(), None);
+}
