@@ -6,6 +6,7 @@ Run by scripts/demo, which starts the Redis server:  python demo/demo.py URL
 (`python demo/demo.py --check` lists what is missing to run it.)
 """
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,14 @@ KILL_AFTER = 0.8
 
 
 def start(lang: str, url: str, log: Path, *options: str) -> subprocess.Popen:
-    command = [*worker_command(lang, "worker"), url, LOCK_NAME, "--ttl", str(TTL), *options]
+    command = [
+        *worker_command(lang, "worker"),
+        url,
+        LOCK_NAME,
+        "--ttl",
+        str(TTL),
+        *options,
+    ]
     return subprocess.Popen(command, stdout=log.open("w"))
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "workers"))
 
-from commands import worker_command  # noqa: E402  (one place decides how workers start)
+# One place decides how workers start, for the tests and the demo alike.
+from commands import worker_command
 
 __all__ = ["LANGUAGES", "records", "worker_command"]
 

@@ -1,8 +1,8 @@
 """Runs every ```python, ```ruby and ```rust block of a Markdown file against
 a private redis-server, so the README's examples are tested, not trusted.
 
-Blocks use the URL redis://127.0.0.1:6379/0; it is replaced by the private
-server's. A block whose first line is a comment containing "not run" is
+Blocks use URLs redis://127.0.0.1:6379/<db>; they are pointed at the private
+server (same db). A block whose first line is a comment containing "not run" is
 skipped. Usage: python scripts/readme_examples.py README.md
 """
 
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README_URL = "redis://127.0.0.1:6379/0"
+README_SERVER = "redis://127.0.0.1:6379/"
 BLOCK = re.compile(r"^```(python|ruby|rust)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
@@ -51,7 +51,7 @@ def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
-                return server, f"redis://127.0.0.1:{port}/0"
+                return server, f"redis://127.0.0.1:{port}/"
         time.sleep(0.05)
     server.kill()
     raise RuntimeError("redis-server did not start")
@@ -85,7 +85,7 @@ def main(path: str) -> int:
             for lang, code, line in blocks:
                 if "not run" in code.splitlines()[0]:
                     continue
-                code = code.replace(README_URL, url)
+                code = code.replace(README_SERVER, url)
                 if lang == "python":
                     command = [sys.executable, "-c", code]
                 elif lang == "ruby":

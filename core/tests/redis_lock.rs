@@ -144,7 +144,14 @@ fn waiters_are_served_in_arrival_order() {
                 order.lock().unwrap().push(i);
                 std::thread::sleep(MS(20));
             });
-            std::thread::sleep(MS(60)); // let waiter i queue before i + 1
+            // Waiter i + 1 starts only once Redis has queued waiter i.
+            eventually(Duration::from_secs(5), "the waiter is queued", || {
+                let queued: usize = redis::cmd("ZCARD")
+                    .arg("lockyard:{fifo}:queue")
+                    .query(&mut server.raw().unwrap())
+                    .unwrap();
+                queued == i + 1
+            });
             waiter
         })
         .collect();
