@@ -1,8 +1,9 @@
 """Runs every ```python, ```ruby and ```rust block of a Markdown file against
 a private redis-server, so the README's examples are tested, not trusted.
 
-Blocks use URLs redis://127.0.0.1:6379/<db>; they are pointed at the private
-server (same db). A block whose first line is a comment containing "not run" is
+Blocks use URLs redis://127.0.0.1:<port>/<db> with ports 6379, 6380 and 6381
+(the quorum example needs separate servers); each is pointed at one of three
+private servers (same db). A block whose first line is a comment containing "not run" is
 skipped. Usage: python scripts/readme_examples.py README.md
 """
 
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README_SERVER = "redis://127.0.0.1:6379/"
+README_PORTS = (6379, 6380, 6381)
 BLOCK = re.compile(r"^```(python|ruby|rust)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
@@ -30,6 +31,7 @@ def free_port() -> int:
 
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    workdir.mkdir()
     port = free_port()
     server = subprocess.Popen(
         [
@@ -80,12 +82,13 @@ def main(path: str) -> int:
     ran = 0
     with tempfile.TemporaryDirectory(prefix="lockyard-readme-") as tmp:
         workdir = Path(tmp)
-        server, url = start_redis(workdir)
+        servers = [start_redis(workdir / str(port)) for port in README_PORTS]
         try:
             for lang, code, line in blocks:
                 if "not run" in code.splitlines()[0]:
                     continue
-                code = code.replace(README_SERVER, url)
+                for port, (_, url) in zip(README_PORTS, servers):
+                    code = code.replace(f"redis://127.0.0.1:{port}/", url)
                 if lang == "python":
                     command = [sys.executable, "-c", code]
                 elif lang == "ruby":
@@ -110,8 +113,9 @@ def main(path: str) -> int:
                 else:
                     print(f"{path}:{line}: {lang} example ok")
         finally:
-            server.kill()
-            server.wait()
+            for server, _ in servers:
+                server.kill()
+                server.wait()
     print(f"readme: {ran - failures} passed, {failures} failed")
     return 1 if failures or not ran else 0
 
