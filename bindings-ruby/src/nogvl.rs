@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use magnus::rb_sys::{AsRawValue, FromRawValue};
 use magnus::{Error, Integer, Ruby, Value};
-use rb_sys::{rb_fiber_current, rb_obj_id, rb_thread_call_without_gvl2};
+use rb_sys::{rb_fiber_current, rb_nogvl, rb_obj_id, RB_NOGVL_INTR_FAIL, RB_NOGVL_UBF_ASYNC_SAFE};
 
 use crate::errors::OrRaise;
 
@@ -137,10 +137,15 @@ where
     };
     let call_ptr = &mut call as *mut Call<'_, F, R> as *mut c_void;
     let flag_ptr = &interrupted as *const AtomicBool as *mut c_void;
+    // INTR_FAIL: skip `work` when an interrupt is already due (as
+    // rb_thread_call_without_gvl2). UBF_ASYNC_SAFE: `unblock` only stores an
+    // atomic, so Ruby may call it from a signal handler; without this flag a
+    // single-threaded process starts and stops a helper thread on every call.
+    let flags = (RB_NOGVL_INTR_FAIL | RB_NOGVL_UBF_ASYNC_SAFE) as std::os::raw::c_int;
     // SAFETY: `call` and `interrupted` outlive the call; `run` touches no
     // Ruby object, `unblock` only the flag.
     unsafe {
-        rb_thread_call_without_gvl2(Some(run::<F, R>), call_ptr, Some(unblock), flag_ptr);
+        rb_nogvl(Some(run::<F, R>), call_ptr, Some(unblock), flag_ptr, flags);
     }
     call.outcome
         .map(|outcome| outcome.unwrap_or_else(|panic| panic::resume_unwind(panic)))
