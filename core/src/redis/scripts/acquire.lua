@@ -24,6 +24,13 @@ if binding_meta ~= '' then
   redis.call('HSET', bound, token, binding_meta)
   expire_no_earlier(bound, math.max(lease_ms, 1))
 end
+-- Uncontended: nobody queued, a slot free, no lock_delay running. Grant at
+-- once, without the queue's bookkeeping.
+if redis.call('ZCARD', queue) == 0 and redis.call('ZCARD', holders) < limit
+    and redis.call('EXISTS', delay_key) == 0 then
+  local granted_fence, deadline = grant(token, ttl_ms)
+  return {1, int(granted_fence), int(deadline), int(now_ms)}
+end
 if not redis.call('ZSCORE', queue, token) then
   redis.call('ZADD', queue, int(now_us), token)
 end
