@@ -27,7 +27,11 @@ class DelayProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.port))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.port))
+            except OSError:  # the node behind the proxy is down: so is the proxy
+                client.close()
+                continue
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
