@@ -25,6 +25,7 @@
 
 pub mod error;
 pub mod gcs;
+pub mod guard;
 mod health;
 mod holds;
 mod identity;

@@ -2,7 +2,6 @@
 //! with its options, held per thread like the Redis lock. The algorithm is
 //! in `holder.rs`; this file is the public face and the per-thread state.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -260,52 +259,6 @@ impl Drop for Lock {
 }
 
 /// Proof that the calling thread holds a [`Lock`]; releases it on drop.
-#[must_use = "the lock is released as soon as the guard is dropped"]
-pub struct LockGuard<'a> {
-    lock: &'a Lock,
-    released: bool,
-    _not_send: PhantomData<*const ()>,
-}
+pub type LockGuard<'a> = crate::guard::Guard<'a, Lock>;
 
-impl<'a> LockGuard<'a> {
-    fn new(lock: &'a Lock) -> Self {
-        LockGuard {
-            lock,
-            released: false,
-            _not_send: PhantomData,
-        }
-    }
-
-    /// See [`Lock::fencing_token`].
-    pub fn fencing_token(&self) -> u64 {
-        self.lock
-            .fencing_token()
-            .expect("a guard's thread holds the lock")
-    }
-
-    /// See [`Lock::healthy`].
-    pub fn healthy(&self) -> bool {
-        self.lock.healthy()
-    }
-
-    /// See [`Lock::check_health`].
-    pub fn check_health(&self) -> Result<()> {
-        self.lock.check_health()
-    }
-
-    /// Releases now and reports whether the server still had it.
-    pub fn release(mut self) -> Result<bool> {
-        self.released = true;
-        self.lock.release()
-    }
-}
-
-impl Drop for LockGuard<'_> {
-    fn drop(&mut self) {
-        if !self.released {
-            if let Err(e) = self.lock.release() {
-                log::warn!("releasing a lock guard failed: {e}");
-            }
-        }
-    }
-}
+crate::guard::thread_lock!(Lock);
