@@ -2,6 +2,7 @@
 //! argument like any other: `Lockyard::ConfigError`, raised before anything
 //! touches the network.
 
+use lockyard::redis::LeaseBuilder;
 use std::time::Duration;
 
 use lockyard::{Error, Result};
@@ -73,36 +74,6 @@ pub(crate) fn lease_options<B: LeaseBuilder>(
         None => builder,
     })
 }
-
-/// The setters the core's Redis builders have in common.
-pub(crate) trait LeaseBuilder: Sized {
-    fn ttl(self, ttl: Duration) -> Self;
-    fn refresh_interval(self, every: Duration) -> Self;
-    fn max_refresh_fails(self, count: u32) -> Self;
-    fn connect_timeout(self, timeout: Duration) -> Self;
-}
-
-macro_rules! lease_builder {
-    ($builder:ty) => {
-        impl LeaseBuilder for $builder {
-            fn ttl(self, ttl: Duration) -> Self {
-                <$builder>::ttl(self, ttl)
-            }
-            fn refresh_interval(self, every: Duration) -> Self {
-                <$builder>::refresh_interval(self, every)
-            }
-            fn max_refresh_fails(self, count: u32) -> Self {
-                <$builder>::max_refresh_fails(self, count)
-            }
-            fn connect_timeout(self, timeout: Duration) -> Self {
-                <$builder>::connect_timeout(self, timeout)
-            }
-        }
-    };
-}
-
-lease_builder!(lockyard::redis::LockBuilder);
-lease_builder!(lockyard::redis::WaitGroupBuilder);
 
 fn wrong_type(what: &str, expected: &str, value: Value) -> Error {
     Error::Config(format!(

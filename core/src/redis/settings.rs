@@ -54,6 +54,41 @@ impl Lease {
     }
 }
 
+/// The lease setters every Redis builder has, for code that configures any
+/// of them the same way (the bindings' constructors).
+pub trait LeaseBuilder: Sized {
+    /// How long a grant outlives its holder's last refresh.
+    fn ttl(self, ttl: Duration) -> Self;
+    /// Refresh period; must be below ttl / max_refresh_fails.
+    fn refresh_interval(self, every: Duration) -> Self;
+    /// Consecutive transient refresh failures that make a hold unhealthy.
+    fn max_refresh_fails(self, count: u32) -> Self;
+    /// How long connecting may take before Redis counts as unreachable.
+    fn connect_timeout(self, timeout: Duration) -> Self;
+}
+
+macro_rules! lease_builder {
+    ($builder:ty) => {
+        impl LeaseBuilder for $builder {
+            fn ttl(self, ttl: Duration) -> Self {
+                <$builder>::ttl(self, ttl)
+            }
+            fn refresh_interval(self, every: Duration) -> Self {
+                <$builder>::refresh_interval(self, every)
+            }
+            fn max_refresh_fails(self, count: u32) -> Self {
+                <$builder>::max_refresh_fails(self, count)
+            }
+            fn connect_timeout(self, timeout: Duration) -> Self {
+                <$builder>::connect_timeout(self, timeout)
+            }
+        }
+    };
+}
+
+lease_builder!(super::LockBuilder);
+lease_builder!(super::WaitGroupBuilder);
+
 /// Checks a user-given duration in seconds (bindings take floats).
 pub fn seconds(what: &str, value: f64) -> Result<Duration> {
     if !value.is_finite() || value < 0.0 {
