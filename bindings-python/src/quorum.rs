@@ -6,7 +6,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
-use crate::convert::{count, optional_seconds, seconds, text};
+use crate::convert::{lease_options, optional_seconds, text};
 use crate::error;
 use crate::logging;
 use crate::unlocked::Unlocked;
@@ -58,20 +58,14 @@ impl QuorumRwLock {
             .map_err(|_| error::config(py, "urls must be a list of str".into()))?
             .map(|url| text("urls", &url?))
             .collect::<PyResult<Vec<String>>>()?;
-        let mut builder = lockyard::quorum::RwLock::builder(urls, name.clone())
-            .timeout(optional_seconds("timeout", timeout)?);
-        if let Some(ttl) = ttl {
-            builder = builder.ttl(seconds("ttl", ttl)?);
-        }
-        if let Some(every) = optional_seconds("refresh_interval", refresh_interval)? {
-            builder = builder.refresh_interval(every);
-        }
-        if let Some(fails) = max_refresh_fails {
-            builder = builder.max_refresh_fails(count("max_refresh_fails", fails)?);
-        }
-        if let Some(connect_timeout) = connect_timeout {
-            builder = builder.connect_timeout(seconds("connect_timeout", connect_timeout)?);
-        }
+        let builder = lease_options(
+            lockyard::quorum::RwLock::builder(urls, name.clone())
+                .timeout(optional_seconds("timeout", timeout)?),
+            ttl,
+            refresh_interval,
+            max_refresh_fails,
+            connect_timeout,
+        )?;
         Ok(QuorumRwLock {
             lock: Unlocked::build(py, || builder.build())?,
             name,

@@ -52,16 +52,15 @@ impl RwLock {
         let build = || {
             let name = convert::string("name", name)?;
             let urls = convert::strings("urls", urls)?;
-            let mut builder = lockyard::quorum::RwLock::builder(urls, &name)
-                .ttl(convert::seconds(ruby, "ttl", ttl)?)
-                .timeout(convert::optional_seconds(ruby, "timeout", timeout)?)
-                .max_refresh_fails(convert::count("max_refresh_fails", max_refresh_fails)?)
-                .connect_timeout(convert::seconds(ruby, "connect_timeout", connect_timeout)?);
-            if let Some(every) =
-                convert::optional_seconds(ruby, "refresh_interval", refresh_interval)?
-            {
-                builder = builder.refresh_interval(every);
-            }
+            let builder = convert::lease_options(
+                ruby,
+                lockyard::quorum::RwLock::builder(urls, &name)
+                    .timeout(convert::optional_seconds(ruby, "timeout", timeout)?),
+                ttl,
+                refresh_interval,
+                max_refresh_fails,
+                connect_timeout,
+            )?;
             Ok(RwLock {
                 core: NoGvl::new(builder.build()?),
                 name,

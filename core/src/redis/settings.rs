@@ -54,7 +54,8 @@ impl Lease {
     }
 }
 
-/// The lease setters every Redis builder has, for code that configures any
+/// The lease setters every Redis builder has (Lock, WaitGroup, the quorum
+/// RwLock), for code that configures any
 /// of them the same way (the bindings' constructors).
 pub trait LeaseBuilder: Sized {
     /// How long a grant outlives its holder's last refresh.
@@ -88,6 +89,7 @@ macro_rules! lease_builder {
 
 lease_builder!(super::LockBuilder);
 lease_builder!(super::WaitGroupBuilder);
+lease_builder!(crate::quorum::RwLockBuilder);
 
 /// Checks a user-given duration in seconds (bindings take floats).
 pub fn seconds(what: &str, value: f64) -> Result<Duration> {
