@@ -177,6 +177,9 @@ def missing() -> list[str]:
         import lockyard.redis  # noqa: F401
     except ImportError:
         problems.append(f"the Python package lockyard (for {sys.executable})")
+    if shutil.which("ruby") is None:
+        problems.append("ruby (apt install ruby ruby-dev)")
+        return problems
     ruby = [*worker_command("rb")[:-1], "-e", 'require "lockyard"']
     if subprocess.run(ruby, check=False, capture_output=True).returncode != 0:
         problems.append(f"the Ruby gem lockyard ({' '.join(ruby)} fails)")
