@@ -20,6 +20,12 @@ target_dir = own_target ? File.join(Dir.pwd, "target") : File.expand_path(ENV["C
 built = File.join(target_dir, "release", "liblockyard_ruby.#{RbConfig::CONFIG['SOEXT']}")
 installed = "lockyard_ruby.#{RbConfig::CONFIG['DLEXT']}"
 cargo = ENV.fetch("CARGO", "cargo")
+found = File.executable?(cargo) ||
+        ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).any? { |dir| File.executable?(File.join(dir, cargo)) }
+unless found
+  abort "extconf.rb: cargo not found. This is lockyard's source gem, which compiles its " \
+        "extension with Rust (https://rustup.rs); the x86_64-linux platform gem needs no compiler."
+end
 
 q = ->(word) { Shellwords.escape(word) }
 
