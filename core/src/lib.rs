@@ -29,6 +29,7 @@ pub mod guard;
 mod health;
 mod holds;
 mod identity;
+mod lease;
 pub mod quorum;
 pub mod redis;
 mod runtime;

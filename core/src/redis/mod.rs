@@ -17,6 +17,5 @@ pub(crate) use keys::check_name;
 pub use lock::{holder, Lock, LockBuilder, LockGuard};
 pub(crate) use server::{server, Server};
 pub use session::{Behavior, Session, SessionBuilder};
-pub(crate) use settings::Lease;
 pub use settings::{seconds, LeaseBuilder};
 pub use wait_group::{Slot, WaitGroup, WaitGroupBuilder};
