@@ -50,6 +50,7 @@ impl Lease {
         })
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn ttl_ms(&self) -> u64 {
         self.ttl.as_millis() as u64
     }

@@ -40,6 +40,7 @@ macro_rules! lease_builder {
 
 lease_builder!(super::LockBuilder);
 lease_builder!(super::WaitGroupBuilder);
+#[cfg(feature = "quorum")]
 lease_builder!(crate::quorum::RwLockBuilder);
 
 /// Checks a user-given duration in seconds (bindings take floats).
