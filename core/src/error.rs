@@ -41,10 +41,12 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    #[cfg(any(feature = "redis", feature = "gcs"))]
     pub(crate) fn config(message: impl Into<String>) -> Self {
         Error::Config(message.into())
     }
 
+    #[cfg(any(feature = "redis", feature = "gcs"))]
     pub(crate) fn backend(server: &str, operation: &str, message: impl ToString) -> Self {
         Error::Backend {
             server: server.to_owned(),

@@ -5,8 +5,8 @@ use std::marker::PhantomData;
 
 use crate::error::Result;
 
-/// A lock held per thread, as [`crate::redis::Lock`] and
-/// [`crate::gcs::Lock`] are. Sealed: only lockyard's locks implement it.
+/// A lock held per thread, as `lockyard::redis::Lock` and
+/// `lockyard::gcs::Lock` are. Sealed: only lockyard's locks implement it.
 pub trait ThreadLock: sealed::Sealed {
     #[doc(hidden)]
     fn release(&self) -> Result<bool>;
@@ -32,6 +32,7 @@ pub struct Guard<'a, L: ThreadLock> {
 }
 
 impl<'a, L: ThreadLock> Guard<'a, L> {
+    #[cfg(any(feature = "redis", feature = "gcs"))]
     pub(crate) fn new(lock: &'a L) -> Self {
         Guard {
             lock,
@@ -78,6 +79,7 @@ impl<L: ThreadLock> Drop for Guard<'_, L> {
 }
 
 /// Implements [`ThreadLock`] by the lock's own inherent methods.
+#[cfg(any(feature = "redis", feature = "gcs"))]
 macro_rules! thread_lock {
     ($lock:ty) => {
         impl $crate::guard::sealed::Sealed for $lock {}
@@ -97,4 +99,5 @@ macro_rules! thread_lock {
         }
     };
 }
+#[cfg(any(feature = "redis", feature = "gcs"))]
 pub(crate) use thread_lock;

@@ -6,8 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 fn to_nanos(at: Instant) -> u64 {
@@ -55,11 +53,12 @@ impl Health {
         })
     }
 
-    /// Ok while healthy, else why not as [`Error::LockUnhealthy`] of `what`.
-    pub(crate) fn check(&self, what: &str) -> Result<()> {
+    /// Ok while healthy, else why not as [`crate::Error::LockUnhealthy`] of `what`.
+    #[cfg(feature = "redis")]
+    pub(crate) fn check(&self, what: &str) -> crate::Result<()> {
         match self.problem() {
             None => Ok(()),
-            Some(reason) => Err(Error::LockUnhealthy {
+            Some(reason) => Err(crate::Error::LockUnhealthy {
                 what: what.to_owned(),
                 reason,
             }),

@@ -4,11 +4,14 @@
 //! by threads exclude them like separate hosts.
 
 use std::cell::Cell;
+#[cfg(any(feature = "redis", feature = "gcs"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
+#[cfg(any(feature = "redis", feature = "gcs"))]
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
+    #[cfg(any(feature = "redis", feature = "gcs"))]
     static THREAD: Cell<u64> = const { Cell::new(0) };
     static HOLDER: Cell<Option<u64>> = const { Cell::new(None) };
 }
@@ -32,11 +35,13 @@ pub fn as_holder<R>(key: u64, f: impl FnOnce() -> R) -> R {
 }
 
 /// The calling holder: the key set by [`as_holder`], else the OS thread.
+#[cfg(any(feature = "redis", feature = "gcs"))]
 pub(crate) fn holder_number() -> u64 {
     HOLDER.with(Cell::get).unwrap_or_else(thread_number)
 }
 
 /// A process-unique number for the calling thread (stable for its life).
+#[cfg(any(feature = "redis", feature = "gcs"))]
 pub(crate) fn thread_number() -> u64 {
     THREAD.with(|cell| {
         if cell.get() == 0 {
@@ -47,6 +52,7 @@ pub(crate) fn thread_number() -> u64 {
 }
 
 /// `bytes` random bytes as lowercase hex.
+#[cfg(any(feature = "redis", feature = "gcs"))]
 pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).expect("the OS random source failed");
@@ -54,6 +60,7 @@ pub(crate) fn random_hex(bytes: usize) -> String {
 }
 
 /// A random UUID (version 4): a semaphore slot's token.
+#[cfg(feature = "redis")]
 pub(crate) fn uuid4() -> String {
     let hex = random_hex(16);
     let variant = ["8", "9", "a", "b"][usize::from_str_radix(&hex[16..17], 16).unwrap() % 4];
@@ -69,11 +76,12 @@ pub(crate) fn uuid4() -> String {
 }
 
 /// Identity of the calling thread for a lock object with `prefix`.
+#[cfg(feature = "redis")]
 pub(crate) fn holder_identity(prefix: &str) -> String {
     format!("{prefix}-{}/{}", std::process::id(), holder_number())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::*;
 

@@ -7,6 +7,8 @@
 //! token that only increases.
 //!
 //! ```no_run
+//! # #[cfg(feature = "redis")]
+//! # fn main() -> lockyard::Result<()> {
 //! use std::time::Duration;
 //! use lockyard::redis::Lock;
 //!
@@ -15,22 +17,52 @@
 //! guard.check_health()?;
 //! // ... the work only one machine may do at a time ...
 //! guard.release()?;
-//! # Ok::<(), lockyard::Error>(())
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "redis"))]
+//! # fn main() {}
 //! ```
 //!
-//! [`quorum::RwLock`] is a read/write lock over N independent Redis
+//! `quorum::RwLock` is a read/write lock over N independent Redis
 //! servers that keeps working while fewer than half of them are down.
 //!
 //! The API is blocking; a small internal runtime refreshes held locks.
+//!
+//! # Cargo features
+//!
+//! Each backend is a feature, all on by default; turn off the ones you do
+//! not use to leave out their dependencies:
+//!
+//! | feature  | module             | what it adds                                              |
+//! |----------|--------------------|-----------------------------------------------------------|
+//! | `redis`  | `lockyard::redis`  | `Lock`, `WaitGroup`, `Session`, `Election`, `exclusive`   |
+//! | `gcs`    | `lockyard::gcs`    | `Lock` on Google Cloud Storage (brings reqwest, gcp_auth) |
+//! | `quorum` | `lockyard::quorum` | `RwLock` over N Redis servers; implies `redis`            |
+//!
+//! A Redis-only build, with no HTTP stack:
+//!
+//! ```toml
+//! lockyard = { version = "0.1", default-features = false, features = ["redis"] }
+//! ```
+//!
+//! [`Error`], [`Result`] and [`as_holder`] exist under every feature set.
 
 pub mod error;
+#[cfg(feature = "gcs")]
 pub mod gcs;
 pub mod guard;
+#[cfg(any(feature = "redis", feature = "gcs"))]
 mod health;
+#[cfg(any(feature = "redis", feature = "gcs"))]
 mod holds;
 mod identity;
+#[cfg(any(feature = "redis", feature = "gcs"))]
+mod lease;
+#[cfg(feature = "quorum")]
 pub mod quorum;
+#[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "redis", feature = "gcs"))]
 mod runtime;
 
 pub use error::{Error, Result};

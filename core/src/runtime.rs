@@ -52,12 +52,14 @@ where
 }
 
 /// Tasks spawned and not yet finished, on this process's runtime.
+#[cfg(feature = "quorum")]
 pub(crate) fn alive_tasks() -> usize {
     handle().metrics().num_alive_tasks()
 }
 
 /// Runs `future` to completion on the calling thread, which must not be the
 /// runtime's; the runtime thread drives its I/O and timers meanwhile.
+#[cfg(feature = "gcs")]
 pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     handle().block_on(future)
 }

@@ -16,7 +16,7 @@ use super::refresh::{refresh_loop, with_timeout};
 use super::store::{Metadata, Reply, Store, StoreError, StoreFuture, Version};
 use crate::error::{Error, Result};
 use crate::health::Health;
-use crate::redis::settings::Lease;
+use crate::lease::Lease;
 use crate::runtime;
 
 /// Receives the lock's log records with the gem's levels (debug: each

@@ -12,7 +12,7 @@ use super::holder::{Holder, LogSink};
 use super::lock::Lock;
 use super::store::Store;
 use crate::error::{Error, Result};
-use crate::redis::settings::Lease;
+use crate::lease::Lease;
 
 /// Options for a [`Lock`]; start with [`Lock::builder`]. Names and
 /// defaults are the gem's.

@@ -10,7 +10,8 @@ use super::rw_lock::{Hold, Quorum};
 use crate::error::{Error, Result};
 use crate::holds::Holds;
 use crate::identity::{holder_identity, holder_number, random_hex};
-use crate::redis::{check_name, server, Lease};
+use crate::lease::Lease;
+use crate::redis::{check_name, server};
 
 /// The most nodes a lock may span (as dsync).
 const MAX_NODES: usize = 32;

@@ -29,7 +29,7 @@ use super::node::{acquire, release, Mode, NetLocker, Reply, Request};
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::identity::random_hex;
-use crate::redis::Lease;
+use crate::lease::Lease;
 use crate::runtime;
 
 /// Longest wait between retries of a denied attempt.

@@ -7,10 +7,10 @@ use super::keys::Keys;
 use super::semaphore::{Hold, Semaphore};
 use super::server::{server, Route};
 use super::session::{Binding, Session, SessionState};
-use super::settings::Lease;
 use crate::error::{Error, Result};
 use crate::holds::Holds;
 use crate::identity::{holder_identity, holder_number, random_hex};
+use crate::lease::Lease;
 
 /// A distributed mutual-exclusion lock on one Redis server (or Cluster).
 ///

@@ -13,10 +13,11 @@ mod wait_group;
 
 pub use election::{Election, Observer, Term};
 pub use exclusive::{exclusive, Claim, Exclusive};
+#[cfg(feature = "quorum")]
 pub(crate) use keys::check_name;
 pub use lock::{holder, Lock, LockBuilder, LockGuard};
+#[cfg(feature = "quorum")]
 pub(crate) use server::{server, Server};
 pub use session::{Behavior, Session, SessionBuilder};
-pub(crate) use settings::Lease;
 pub use settings::{seconds, LeaseBuilder};
 pub use wait_group::{Slot, WaitGroup, WaitGroupBuilder};

@@ -13,10 +13,10 @@ use super::keys::Keys;
 use super::scripts::{prepare, SCRIPTS};
 use super::server::{OnSignal, Route, COMMAND_TIMEOUT};
 use super::session::{Binding, Membership};
-use super::settings::Lease;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::identity::random_hex;
+use crate::lease::Lease;
 use crate::runtime;
 
 /// A queued waiter stays eligible this long after its last renewal; a

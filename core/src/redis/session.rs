@@ -26,10 +26,10 @@ use tokio::task::JoinHandle;
 
 use super::semaphore::Member;
 use super::server::{server, Route, COMMAND_TIMEOUT};
-use super::settings::Lease;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::identity::random_hex;
+use crate::lease::Lease;
 use crate::runtime;
 
 /// What ending a session (destroyed, or lost) does to its locks' values.

@@ -1,58 +1,9 @@
-//! Lease settings shared by every Redis primitive, validated once.
+//! The lease setters every Redis builder shares, and duration checks for
+//! the bindings. The lease itself is `crate::lease::Lease`.
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-
-/// How long a grant lives without refresh, and how it is kept alive.
-#[derive(Clone, Debug)]
-pub(crate) struct Lease {
-    pub(crate) ttl: Duration,
-    pub(crate) refresh_every: Duration,
-    pub(crate) max_refresh_fails: u32,
-}
-
-impl Lease {
-    /// `refresh_interval` defaults to ttl / (max_refresh_fails · 3), so that
-    /// `max_refresh_fails` consecutive failures still leave a third of the
-    /// lease to notice them.
-    pub(crate) fn new(
-        ttl: Duration,
-        refresh_interval: Option<Duration>,
-        max_refresh_fails: u32,
-    ) -> Result<Lease> {
-        if ttl < Duration::from_millis(1) {
-            return Err(Error::config(format!(
-                "ttl must be at least 1 ms, got {ttl:?}"
-            )));
-        }
-        if max_refresh_fails == 0 {
-            return Err(Error::config("max_refresh_fails must be at least 1"));
-        }
-        let bound = ttl / max_refresh_fails;
-        let refresh_every = match refresh_interval {
-            None => bound / 3,
-            Some(every) if every.is_zero() => {
-                return Err(Error::config("refresh_interval must be positive"));
-            }
-            Some(every) if every >= bound => {
-                return Err(Error::config(format!(
-                    "refresh_interval ({every:?}) must be less than ttl / max_refresh_fails ({bound:?}), or the lease can run out between refreshes"
-                )));
-            }
-            Some(every) => every,
-        };
-        Ok(Lease {
-            ttl,
-            refresh_every: refresh_every.max(Duration::from_millis(1)),
-            max_refresh_fails,
-        })
-    }
-
-    pub(crate) fn ttl_ms(&self) -> u64 {
-        self.ttl.as_millis() as u64
-    }
-}
 
 /// The lease setters every Redis builder has (Lock, WaitGroup, the quorum
 /// RwLock), for code that configures any
@@ -89,6 +40,7 @@ macro_rules! lease_builder {
 
 lease_builder!(super::LockBuilder);
 lease_builder!(super::WaitGroupBuilder);
+#[cfg(feature = "quorum")]
 lease_builder!(crate::quorum::RwLockBuilder);
 
 /// Checks a user-given duration in seconds (bindings take floats).
@@ -104,28 +56,6 @@ pub fn seconds(what: &str, value: f64) -> Result<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const S: fn(u64) -> Duration = Duration::from_secs;
-
-    #[test]
-    fn default_refresh_leaves_room_for_every_allowed_failure() {
-        let lease = Lease::new(S(30), None, 3).unwrap();
-        assert_eq!(lease.refresh_every, Duration::from_secs_f64(30.0 / 9.0));
-    }
-
-    #[test]
-    fn bad_leases_are_config_errors() {
-        let cases = [
-            (Duration::ZERO, None, 3),
-            (S(30), None, 0),
-            (S(30), Some(S(10)), 3),
-            (S(30), Some(Duration::ZERO), 3),
-        ];
-        for (ttl, every, fails) in cases {
-            let err = Lease::new(ttl, every, fails).unwrap_err();
-            assert!(matches!(err, Error::Config(_)), "{ttl:?} {every:?} {fails}");
-        }
-    }
 
     #[test]
     fn seconds_rejects_what_is_not_a_duration() {

@@ -8,10 +8,10 @@ use std::time::Duration;
 use super::keys::Keys;
 use super::semaphore::{Hold, Semaphore};
 use super::server::{server, Route};
-use super::settings::Lease;
 use crate::error::{Error, Result};
 use crate::holds::Holds;
 use crate::identity::uuid4;
+use crate::lease::Lease;
 
 /// At most `limit` holders at a time across every process, however many
 /// crash: a crashed holder's slot comes free after `ttl`.
