@@ -10,6 +10,9 @@ use crate::convert::{acquire_timeout, count, optional_seconds, seconds, text};
 use crate::error;
 use crate::unlocked::Unlocked;
 
+const LOST: &str =
+    "the GCS lock had been lost before it was released: another holder may have run meanwhile";
+
 /// A distributed lock on one object in a Google Cloud Storage bucket.
 ///
 /// Each thread is a separate holder (unless ``thread_safe=False``). While
@@ -145,6 +148,7 @@ impl GcsLock {
     }
 
     /// Releases however the block ends; never suppresses its exception.
+    /// In a process forked inside the block it leaves the parent's hold alone.
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -152,7 +156,12 @@ impl GcsLock {
         _exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.release(py)
+        self.lock.call(py, |lock| {
+            if !lock.leave()? {
+                log::warn!("{LOST}");
+            }
+            Ok(())
+        })
     }
 
     /// Waits up to ``timeout`` seconds (None: forever; 0 or
@@ -179,9 +188,7 @@ impl GcsLock {
     fn release(&self, py: Python<'_>) -> PyResult<()> {
         self.lock.call(py, |lock| {
             if !lock.release()? {
-                log::warn!(
-                    "the GCS lock had been lost before it was released: another holder may have run meanwhile"
-                );
+                log::warn!("{LOST}");
             }
             Ok(())
         })

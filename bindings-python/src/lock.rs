@@ -97,7 +97,8 @@ impl RedisLock {
     }
 
     /// Releases however the block ends: normally, by exception, ``break``
-    /// or ``return``. Never suppresses the block's exception.
+    /// or ``return``. Never suppresses the block's exception. In a process
+    /// forked inside the block it leaves the parent's hold alone.
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -105,7 +106,13 @@ impl RedisLock {
         _exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.release(py)
+        let name = &self.name;
+        self.lock.call(py, |lock| {
+            if !lock.leave()? {
+                logging::lost_before_release(&format!("lock {name:?}"));
+            }
+            Ok(())
+        })
     }
 
     /// Waits up to ``timeout`` seconds (None: forever; 0 or

@@ -197,7 +197,8 @@ impl Held {
         ))
     }
 
-    /// Never suppresses the block's exception.
+    /// Never suppresses the block's exception. In a process forked inside
+    /// the block it leaves the parent's hold alone.
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -205,6 +206,13 @@ impl Held {
         _exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.lock.get().release(py)
+        let lock = self.lock.get();
+        let name = &lock.name;
+        lock.lock.call(py, |lock| {
+            if !lock.leave()? {
+                logging::lost_before_release(&format!("rw lock {name:?}"));
+            }
+            Ok(())
+        })
     }
 }

@@ -82,7 +82,9 @@ impl RedisSession {
     }
 
     /// Frees every lock held under the session at once (no lock_delay),
-    /// deletes it from Redis and stops renewing it. Idempotent.
+    /// deletes it from Redis and stops renewing it. Idempotent. In a process
+    /// forked from the one that created it, it frees only that process's
+    /// own locks under it and leaves the session to its creator.
     fn destroy(&self, py: Python<'_>) -> PyResult<()> {
         self.session.call(py, |s| s.destroy())
     }

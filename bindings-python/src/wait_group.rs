@@ -194,7 +194,8 @@ impl Slot {
 
     /// Frees the slot; never suppresses the block's exception. If the slot
     /// had been lost meanwhile, logs a warning on the ``lockyard`` logger:
-    /// more than ``limit`` holders may have run at once.
+    /// more than ``limit`` holders may have run at once. In a process forked
+    /// inside the block it leaves the parent's slot alone.
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -204,7 +205,7 @@ impl Slot {
     ) -> PyResult<()> {
         let name = &self.group.get().name;
         self.with_token(py, |group, token| {
-            if !group.done(token)? {
+            if !group.leave(token)? {
                 log::warn!(
                     "a slot of wait group {name:?} had been lost before it was freed: more than its limit may have run meanwhile"
                 );

@@ -62,4 +62,6 @@ def exclusive(url: str, names: Iterable[str], *, session: Session) -> Iterator[s
         try:
             yield name
         finally:
-            lock.release()
+            # The end of the task's block: in a process forked inside it,
+            # the lock is the parent's and stays held.
+            lock.__exit__(None, None, None)

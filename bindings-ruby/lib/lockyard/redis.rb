@@ -137,7 +137,9 @@ module Lockyard
 
       # @!method destroy
       #   Frees every lock held under the session at once (no lock_delay),
-      #   deletes it from Redis and stops renewing it. Idempotent.
+      #   deletes it from Redis and stops renewing it. Idempotent. In a process
+      #   forked from the one that created it, frees only that process's own
+      #   locks under it and leaves the session to its creator.
       # @!method healthy?
       #   Whether the session is surely live: not destroyed, not lost, renewed in time.
       # @!method check_health!
@@ -240,7 +242,7 @@ module Lockyard
         begin
           yield name
         ensure
-          lock.unlock
+          lock.__send__(:leave)
         end
       end
       nil

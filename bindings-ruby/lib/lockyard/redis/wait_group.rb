@@ -16,7 +16,8 @@ module Lockyard
     #
     # Slots belong to the process, not the thread: a token can be given to
     # {#done} from any thread, or any other process. A forked child neither
-    # holds nor frees its parent's slots by dropping its copy of the group.
+    # holds nor frees its parent's slots by dropping its copy of the group
+    # or by leaving a {#synchronize} block it inherited.
     #
     # Durations are seconds (Integer or Float). Bad arguments raise
     # {Lockyard::ConfigError} before any network access.
@@ -72,7 +73,7 @@ module Lockyard
               yield slot
             end
           ensure
-            done(slot.token) if slot.token
+            leave(slot.token) if slot.token
           end
         end
       end
