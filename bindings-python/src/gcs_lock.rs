@@ -6,6 +6,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyBool, PyDict, PyString};
 
+use crate::block;
 use crate::convert::{acquire_timeout, count, optional_seconds, seconds, text};
 use crate::error;
 use crate::unlocked::Unlocked;
@@ -147,21 +148,23 @@ impl GcsLock {
         ))
     }
 
-    /// Releases however the block ends; never suppresses its exception.
-    /// In a process forked inside the block it leaves the parent's hold alone.
+    /// Releases however the block ends; never suppresses its exception,
+    /// nor replaces it when releasing fails too (see ``block.rs``). In a
+    /// process forked inside the block it leaves the parent's hold alone.
     fn __exit__(
         &self,
         py: Python<'_>,
         _exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.lock.call(py, |lock| {
+        let left = self.lock.call(py, |lock| {
             if !lock.leave()? {
                 log::warn!("{LOST}");
             }
             Ok(())
-        })
+        });
+        block::exit(py, exc, left)
     }
 
     /// Waits up to ``timeout`` seconds (None: forever; 0 or

@@ -1,10 +1,12 @@
 //! The native part of the `lockyard` Python package: thin wrappers over the
 //! core crate. Each Python class has its file; `unlocked.rs` is the only way
 //! to call into the core (always without the GIL), `error.rs` the only place
-//! core errors become exceptions, `logging.rs` the bridge to `logging`.
+//! core errors become exceptions, `logging.rs` the bridge to `logging`,
+//! `block.rs` the end of every `with` block.
 
 use pyo3::prelude::*;
 
+mod block;
 mod convert;
 mod election;
 mod error;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
+use crate::block;
 use crate::convert::{lease_options, optional_seconds, text};
 use crate::error;
 use crate::logging;
@@ -197,22 +198,24 @@ impl Held {
         ))
     }
 
-    /// Never suppresses the block's exception. In a process forked inside
+    /// Never suppresses the block's exception, nor replaces it when
+    /// releasing fails too (see ``block.rs``). In a process forked inside
     /// the block it leaves the parent's hold alone.
     fn __exit__(
         &self,
         py: Python<'_>,
         _exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let lock = self.lock.get();
         let name = &lock.name;
-        lock.lock.call(py, |lock| {
+        let left = lock.lock.call(py, |lock| {
             if !lock.leave()? {
                 logging::lost_before_release(&format!("rw lock {name:?}"));
             }
             Ok(())
-        })
+        });
+        block::exit(py, exc, left)
     }
 }

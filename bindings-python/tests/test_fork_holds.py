@@ -60,9 +60,7 @@ PARENT = """
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.parametrize(
-    ("how", "status"), [("exit", 0), ("raise", 1), ("leave", 0)]
-)
+@pytest.mark.parametrize(("how", "status"), [("exit", 0), ("raise", 1), ("leave", 0)])
 def test_a_forked_child_keeps_every_hold_of_its_parent(
     url: str, name: str, spawn: Spawn, how: str, status: int
 ) -> None:

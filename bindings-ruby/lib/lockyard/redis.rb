@@ -124,14 +124,19 @@ module Lockyard
       end
       private_class_method :build
 
-      # Creates a session, yields it, and destroys it however the block is left.
+      # Creates a session, yields it, and destroys it however the block is
+      # left; if destroying fails after the block raised, the block's
+      # exception propagates and the failure is only warned about.
       # @return the block's value
       def self.open(**options)
         session = new(**options)
+        raised = nil
         begin
           yield session
+        rescue Exception => raised # rubocop:disable Lint/RescueException
+          raise
         ensure
-          session.destroy
+          Lockyard.end_block(raised) { session.destroy }
         end
       end
 
@@ -239,10 +244,13 @@ module Lockyard
         lock = Lock.new(url: url, name: name, session: session)
         next unless lock.try_lock
 
+        raised = nil
         begin
           yield name
+        rescue Exception => raised # rubocop:disable Lint/RescueException
+          raise
         ensure
-          lock.__send__(:leave)
+          Lockyard.end_block(raised) { lock.__send__(:leave) }
         end
       end
       nil
