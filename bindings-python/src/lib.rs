@@ -18,7 +18,11 @@ mod session;
 mod unlocked;
 mod wait_group;
 
-#[pymodule]
+// Safe without the GIL: every class is frozen and its state is either
+// immutable or behind the core's own locks (pyo3 checks that each one is
+// Sync), and the module-wide state (the log queue, the error classes) sits
+// behind a mutex or a once-cell. A free-threaded Python keeps its GIL off.
+#[pymodule(gil_used = false)]
 fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     logging::install();
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
