@@ -1,7 +1,8 @@
 """A forked child never ends what its parent holds: however it leaves the
 blocks it inherited (normally, by exception, by sys.exit) and whatever its
 interpreter finalizes at exit, the parent keeps its lock, its slot, its
-session and the locks under it, its leadership, its exclusive task and its quorum lock."""
+session and the locks under it, its leadership, its exclusive task, its
+quorum lock and its GCS lock."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from collections.abc import Callable
 
 import lockyard
 import pytest
+from gcs_servers import start_fake_gcs
+from lockyard.gcs import Lock as GcsLock
 from lockyard.quorum import RwLock
 from lockyard.redis import Election, Lock, Session, WaitGroup
 
@@ -91,3 +94,50 @@ def test_a_forked_child_keeps_every_hold_of_its_parent(
     # block it left.
     assert "lockyard" not in err, err
     assert ("RuntimeError: the child's own failure" in err) == (how == "raise"), err
+
+
+GCS_PARENT = """
+    import json, os, sys
+    from lockyard.gcs import Lock
+
+    name, how = sys.argv[1:3]
+    lock = Lock(bucket_name="locks", path=name, ttl=10.0)
+    with lock:
+        pid = os.fork()
+        if pid == 0:
+            if how == "exit":
+                sys.exit(0)
+            raise RuntimeError("the child's own failure")
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"child": os.waitstatus_to_exitcode(status)}), flush=True)
+        sys.stdin.readline()
+        print(json.dumps({"healthy": lock.healthy, "owned": lock.owned()}), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize(("how", "status"), [("exit", 0), ("raise", 1)])
+def test_a_forked_child_keeps_its_parents_gcs_lock(
+    name: str,
+    spawn: Spawn,
+    how: str,
+    status: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gcs = start_fake_gcs()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.host)
+        parent = spawn(GCS_PARENT, name, how)
+        assert parent.stdout is not None and parent.stdin is not None
+        line = parent.stdout.readline()
+        assert line, parent.communicate()[1]
+        assert json.loads(line) == {"child": status}
+        assert not GcsLock(bucket_name="locks", path=name).try_acquire()
+        parent.stdin.write("report\n")
+        parent.stdin.flush()
+        assert json.loads(parent.stdout.readline()) == {"healthy": True, "owned": True}
+        _, err = parent.communicate(timeout=30)
+        assert parent.returncode == 0, err
+        assert "lockyard" not in err, err
+    finally:
+        gcs.stop()
