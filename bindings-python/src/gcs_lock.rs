@@ -265,9 +265,15 @@ impl GcsLock {
 
 impl GcsLock {
     fn acquire_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
-        self.lock.wait(py, |lock, interrupted| {
-            lock.acquire_interruptibly(timeout, interrupted)
-        })
+        self.lock.wait(
+            py,
+            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted),
+            |lock, acquired| {
+                if acquired {
+                    let _ = lock.release();
+                }
+            },
+        )
     }
 }
 

@@ -53,5 +53,10 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     module.add("RedisTerm", module.py().get_type::<election::Term>())?;
     module.add_function(wrap_pyfunction!(session::redis_holder, module)?)?;
+    let before_exit = wrap_pyfunction!(unlocked::before_exit, module)?;
+    module
+        .py()
+        .import("atexit")?
+        .call_method1("register", (before_exit,))?;
     Ok(())
 }

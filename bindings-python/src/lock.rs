@@ -209,8 +209,14 @@ impl RedisLock {
 
 impl RedisLock {
     fn acquire_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
-        self.lock.wait(py, |lock, interrupted| {
-            lock.acquire_interruptibly(timeout, interrupted)
-        })
+        self.lock.wait(
+            py,
+            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted),
+            |lock, acquired| {
+                if acquired {
+                    let _ = lock.release();
+                }
+            },
+        )
     }
 }

@@ -163,13 +163,21 @@ impl QuorumRwLock {
 
 impl QuorumRwLock {
     fn acquire(&self, py: Python<'_>, write: bool, timeout: Option<Duration>) -> PyResult<bool> {
-        self.lock.wait(py, |lock, interrupted| {
-            if write {
-                lock.acquire_write_interruptibly(timeout, interrupted)
-            } else {
-                lock.acquire_read_interruptibly(timeout, interrupted)
-            }
-        })
+        self.lock.wait(
+            py,
+            |lock, interrupted| {
+                if write {
+                    lock.acquire_write_interruptibly(timeout, interrupted)
+                } else {
+                    lock.acquire_read_interruptibly(timeout, interrupted)
+                }
+            },
+            |lock, acquired| {
+                if acquired {
+                    let _ = lock.release();
+                }
+            },
+        )
     }
 }
 

@@ -104,9 +104,11 @@ impl RedisWaitGroup {
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let timeout = optional_seconds("timeout", timeout)?;
-        self.group.wait(py, |group, interrupted| {
-            group.wait_interruptibly(timeout, interrupted)
-        })
+        self.group.wait(
+            py,
+            |group, interrupted| group.wait_interruptibly(timeout, interrupted),
+            |_, _| {},
+        )
     }
 
     /// Live slots across every process, asked of Redis.
@@ -155,8 +157,13 @@ impl RedisWaitGroup {
 
 impl RedisWaitGroup {
     fn add_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<String> {
-        self.group
-            .wait(py, |group, interrupted| group.add(timeout, interrupted))
+        self.group.wait(
+            py,
+            |group, interrupted| group.add(timeout, interrupted),
+            |group, token| {
+                let _ = group.done(&token);
+            },
+        )
     }
 }
 
