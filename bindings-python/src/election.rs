@@ -57,9 +57,15 @@ impl RedisElection {
     ) -> PyResult<bool> {
         let value = text("value", value)?;
         let timeout = optional_seconds("timeout", timeout)?;
-        self.election.wait(py, |election, interrupted| {
-            election.campaign_interruptibly(&value, timeout, interrupted)
-        })
+        self.election.wait(
+            py,
+            |election, interrupted| election.campaign_interruptibly(&value, timeout, interrupted),
+            |election, won| {
+                if won {
+                    let _ = election.resign();
+                }
+            },
+        )
     }
 
     /// Steps down (``lockyard.NotLockedError`` if not leading); the next
@@ -151,10 +157,14 @@ impl Observer {
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Term>> {
         let timeout = self.timeout;
-        let next = self.observer.wait(py, |observer, interrupted| {
-            let mut observer = observer.lock().unwrap_or_else(|e| e.into_inner());
-            observer.next_change(timeout, interrupted)
-        })?;
+        let next = self.observer.wait(
+            py,
+            |observer, interrupted| {
+                let mut observer = observer.lock().unwrap_or_else(|e| e.into_inner());
+                observer.next_change(timeout, interrupted)
+            },
+            |_, _| {},
+        )?;
         Ok(next.map(|term| Term {
             value: term.value,
             fencing_token: term.fencing_token,

@@ -6,9 +6,13 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyBool, PyDict, PyString};
 
+use crate::block;
 use crate::convert::{acquire_timeout, count, optional_seconds, seconds, text};
 use crate::error;
 use crate::unlocked::Unlocked;
+
+const LOST: &str =
+    "the GCS lock had been lost before it was released: another holder may have run meanwhile";
 
 /// A distributed lock on one object in a Google Cloud Storage bucket.
 ///
@@ -144,15 +148,23 @@ impl GcsLock {
         ))
     }
 
-    /// Releases however the block ends; never suppresses its exception.
+    /// Releases however the block ends; never suppresses its exception,
+    /// nor replaces it when releasing fails too (see ``block.rs``). In a
+    /// process forked inside the block it leaves the parent's hold alone.
     fn __exit__(
         &self,
         py: Python<'_>,
         _exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.release(py)
+        let left = self.lock.call(py, |lock| {
+            if !lock.leave()? {
+                log::warn!("{LOST}");
+            }
+            Ok(())
+        });
+        block::exit(py, exc, left)
     }
 
     /// Waits up to ``timeout`` seconds (None: forever; 0 or
@@ -179,9 +191,7 @@ impl GcsLock {
     fn release(&self, py: Python<'_>) -> PyResult<()> {
         self.lock.call(py, |lock| {
             if !lock.release()? {
-                log::warn!(
-                    "the GCS lock had been lost before it was released: another holder may have run meanwhile"
-                );
+                log::warn!("{LOST}");
             }
             Ok(())
         })
@@ -255,9 +265,15 @@ impl GcsLock {
 
 impl GcsLock {
     fn acquire_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
-        self.lock.wait(py, |lock, interrupted| {
-            lock.acquire_interruptibly(timeout, interrupted)
-        })
+        self.lock.wait(
+            py,
+            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted),
+            |lock, acquired| {
+                if acquired {
+                    let _ = lock.release();
+                }
+            },
+        )
     }
 }
 

@@ -1,10 +1,12 @@
 //! The native part of the `lockyard` Python package: thin wrappers over the
 //! core crate. Each Python class has its file; `unlocked.rs` is the only way
 //! to call into the core (always without the GIL), `error.rs` the only place
-//! core errors become exceptions, `logging.rs` the bridge to `logging`.
+//! core errors become exceptions, `logging.rs` the bridge to `logging`,
+//! `block.rs` the end of every `with` block.
 
 use pyo3::prelude::*;
 
+mod block;
 mod convert;
 mod election;
 mod error;
@@ -16,7 +18,11 @@ mod session;
 mod unlocked;
 mod wait_group;
 
-#[pymodule]
+// Safe without the GIL: every class is frozen and its state is either
+// immutable or behind the core's own locks (pyo3 checks that each one is
+// Sync), and the module-wide state (the log queue, the error classes) sits
+// behind a mutex or a once-cell. A free-threaded Python keeps its GIL off.
+#[pymodule(gil_used = false)]
 fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     logging::install();
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -47,5 +53,10 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     module.add("RedisTerm", module.py().get_type::<election::Term>())?;
     module.add_function(wrap_pyfunction!(session::redis_holder, module)?)?;
+    let before_exit = wrap_pyfunction!(unlocked::before_exit, module)?;
+    module
+        .py()
+        .import("atexit")?
+        .call_method1("register", (before_exit,))?;
     Ok(())
 }

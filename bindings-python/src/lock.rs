@@ -6,6 +6,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
+use crate::block;
 use crate::convert::{acquire_timeout, lease_options, optional_seconds, text};
 use crate::error;
 use crate::logging;
@@ -97,15 +98,24 @@ impl RedisLock {
     }
 
     /// Releases however the block ends: normally, by exception, ``break``
-    /// or ``return``. Never suppresses the block's exception.
+    /// or ``return``. Never suppresses the block's exception, nor replaces
+    /// it when releasing fails too (see ``block.rs``). In a process forked
+    /// inside the block it leaves the parent's hold alone.
     fn __exit__(
         &self,
         py: Python<'_>,
         _exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.release(py)
+        let name = &self.name;
+        let left = self.lock.call(py, |lock| {
+            if !lock.leave()? {
+                logging::lost_before_release(&format!("lock {name:?}"));
+            }
+            Ok(())
+        });
+        block::exit(py, exc, left)
     }
 
     /// Waits up to ``timeout`` seconds (None: forever; 0 or
@@ -199,8 +209,14 @@ impl RedisLock {
 
 impl RedisLock {
     fn acquire_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
-        self.lock.wait(py, |lock, interrupted| {
-            lock.acquire_interruptibly(timeout, interrupted)
-        })
+        self.lock.wait(
+            py,
+            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted),
+            |lock, acquired| {
+                if acquired {
+                    let _ = lock.release();
+                }
+            },
+        )
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
+use crate::block;
 use crate::convert::{lease_options, optional_seconds, text};
 use crate::error;
 use crate::logging;
@@ -162,13 +163,21 @@ impl QuorumRwLock {
 
 impl QuorumRwLock {
     fn acquire(&self, py: Python<'_>, write: bool, timeout: Option<Duration>) -> PyResult<bool> {
-        self.lock.wait(py, |lock, interrupted| {
-            if write {
-                lock.acquire_write_interruptibly(timeout, interrupted)
-            } else {
-                lock.acquire_read_interruptibly(timeout, interrupted)
-            }
-        })
+        self.lock.wait(
+            py,
+            |lock, interrupted| {
+                if write {
+                    lock.acquire_write_interruptibly(timeout, interrupted)
+                } else {
+                    lock.acquire_read_interruptibly(timeout, interrupted)
+                }
+            },
+            |lock, acquired| {
+                if acquired {
+                    let _ = lock.release();
+                }
+            },
+        )
     }
 }
 
@@ -197,14 +206,24 @@ impl Held {
         ))
     }
 
-    /// Never suppresses the block's exception.
+    /// Never suppresses the block's exception, nor replaces it when
+    /// releasing fails too (see ``block.rs``). In a process forked inside
+    /// the block it leaves the parent's hold alone.
     fn __exit__(
         &self,
         py: Python<'_>,
         _exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.lock.get().release(py)
+        let lock = self.lock.get();
+        let name = &lock.name;
+        let left = lock.lock.call(py, |lock| {
+            if !lock.leave()? {
+                logging::lost_before_release(&format!("rw lock {name:?}"));
+            }
+            Ok(())
+        });
+        block::exit(py, exc, left)
     }
 }

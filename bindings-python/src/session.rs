@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
+use crate::block;
 use crate::convert::{seconds, text};
 use crate::unlocked::{self, Unlocked};
 
@@ -70,19 +71,24 @@ impl RedisSession {
         slf
     }
 
-    /// Destroys the session however the block ends.
+    /// Destroys the session however the block ends (in a process forked
+    /// inside the block: only for that process, see ``destroy``). A failure
+    /// to destroy it does not replace the block's exception (see ``block.rs``).
     fn __exit__(
         &self,
         py: Python<'_>,
         _exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.destroy(py)
+        let destroyed = self.destroy(py);
+        block::exit(py, exc, destroyed)
     }
 
     /// Frees every lock held under the session at once (no lock_delay),
-    /// deletes it from Redis and stops renewing it. Idempotent.
+    /// deletes it from Redis and stops renewing it. Idempotent. In a process
+    /// forked from the one that created it, it frees only that process's
+    /// own locks under it and leaves the session to its creator.
     fn destroy(&self, py: Python<'_>) -> PyResult<()> {
         self.session.call(py, |s| s.destroy())
     }

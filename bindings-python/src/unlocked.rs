@@ -6,6 +6,8 @@
 
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 
@@ -45,21 +47,49 @@ impl<T: Send + Sync> Unlocked<T> {
     /// signal handlers. An exception they raise (KeyboardInterrupt, or
     /// whatever a user's handler raises) ends the wait, the core gives up
     /// its place so nothing stays held, and that exception is raised here.
+    ///
+    /// Once the interpreter is exiting (see [`before_exit`]) a wait ends the
+    /// same way without attaching, `give_back` returns what a wait that
+    /// succeeded meanwhile took, and the thread parks until the process
+    /// ends: attaching to a finalizing interpreter panics or ends the
+    /// thread inside these frames, which aborts the process, and a grant
+    /// kept by a parked thread would stay taken for its whole ttl.
     pub(crate) fn wait<R: Send>(
         &self,
         py: Python<'_>,
         wait: impl FnOnce(&T, &dyn Fn() -> bool) -> lockyard::Result<R> + Send,
+        give_back: impl FnOnce(&T, R) + Send,
     ) -> PyResult<R> {
         let (outcome, raised) = py.detach(|| {
+            waiting(1);
             let raised: RefCell<Option<PyErr>> = RefCell::new(None);
-            let interrupted = || match Python::attach(|py| py.check_signals()) {
-                Ok(()) => false,
-                Err(e) => {
-                    raised.borrow_mut().get_or_insert(e);
-                    true
+            let interrupted = || {
+                if EXITING.load(Ordering::Acquire) {
+                    return true;
+                }
+                match Python::try_attach(|py| py.check_signals()) {
+                    Some(Ok(())) => false,
+                    Some(Err(e)) => {
+                        raised.borrow_mut().get_or_insert(e);
+                        true
+                    }
+                    // Finalized already: nobody is left to raise to.
+                    None => true,
                 }
             };
             let outcome = wait(&self.inner, &interrupted);
+            if EXITING.load(Ordering::Acquire) || !interpreter_usable() {
+                // Best effort: what this fails to give back runs out by
+                // its ttl, and no one is left to report the failure to.
+                if let Ok(taken) = outcome {
+                    give_back(&self.inner, taken);
+                }
+                waiting(-1);
+                loop {
+                    std::thread::park();
+                }
+            }
+            waiting(-1);
             (outcome, raised.into_inner())
         });
         match (outcome, raised) {
@@ -70,6 +100,64 @@ impl<T: Send + Sync> Unlocked<T> {
             (outcome, _) => finish(py, outcome),
         }
     }
+}
+
+/// Set once the interpreter starts exiting: waits check it instead of
+/// attaching.
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// This process's threads inside [`Unlocked::wait`] that have not given
+/// up yet, as `pid << 32 | count` (see [`waiting`]).
+static WAITING: AtomicU64 = AtomicU64::new(0);
+/// How long exiting waits for waiters to give up: a wait notices within a
+/// 50 ms poll, then leaves the queue in one round trip.
+const GIVE_UP_WITHIN: Duration = Duration::from_secs(2);
+
+/// Registered with `atexit`, which runs after non-daemon threads were
+/// joined and before finalization begins: from now on waits end without
+/// attaching. Exiting then waits, without the GIL, until every waiting
+/// (daemon) thread has left its queue and given back what it was handed:
+/// otherwise the process could end first and strand a grant, and a waiter
+/// that read the flag just before it was set gets the GIL while attaching
+/// is still safe.
+#[pyfunction]
+pub(crate) fn before_exit(py: Python<'_>) {
+    EXITING.store(true, Ordering::Release);
+    py.detach(|| {
+        let give_up_at = std::time::Instant::now() + GIVE_UP_WITHIN;
+        while waiting(0) > 0 && std::time::Instant::now() < give_up_at {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+}
+
+/// Adds `delta` to the count of this process's waiting threads and returns
+/// it. A forked child starts from none: its parent's waiting threads do not
+/// exist in it, and its exit must not wait for them.
+fn waiting(delta: i64) -> u64 {
+    let pid = u64::from(std::process::id());
+    let mut current = WAITING.load(Ordering::Acquire);
+    loop {
+        let count = if current >> 32 == pid {
+            current & 0xffff_ffff
+        } else {
+            0
+        };
+        let next = count.saturating_add_signed(delta);
+        match WAITING.compare_exchange_weak(
+            current,
+            pid << 32 | next,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return next,
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+fn interpreter_usable() -> bool {
+    // SAFETY: callable at any time, attached or not.
+    unsafe { pyo3::ffi::Py_IsInitialized() != 0 }
 }
 
 /// Runs a core call that needs no object (a one-off read such as

@@ -8,6 +8,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
+use crate::block;
 use crate::convert::{count, lease_options, optional_seconds, text};
 use crate::error;
 use crate::unlocked::Unlocked;
@@ -103,9 +104,11 @@ impl RedisWaitGroup {
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let timeout = optional_seconds("timeout", timeout)?;
-        self.group.wait(py, |group, interrupted| {
-            group.wait_interruptibly(timeout, interrupted)
-        })
+        self.group.wait(
+            py,
+            |group, interrupted| group.wait_interruptibly(timeout, interrupted),
+            |_, _| {},
+        )
     }
 
     /// Live slots across every process, asked of Redis.
@@ -154,8 +157,13 @@ impl RedisWaitGroup {
 
 impl RedisWaitGroup {
     fn add_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<String> {
-        self.group
-            .wait(py, |group, interrupted| group.add(timeout, interrupted))
+        self.group.wait(
+            py,
+            |group, interrupted| group.add(timeout, interrupted),
+            |group, token| {
+                let _ = group.done(&token);
+            },
+        )
     }
 }
 
@@ -194,23 +202,26 @@ impl Slot {
 
     /// Frees the slot; never suppresses the block's exception. If the slot
     /// had been lost meanwhile, logs a warning on the ``lockyard`` logger:
-    /// more than ``limit`` holders may have run at once.
+    /// more than ``limit`` holders may have run at once. A failure to free
+    /// it does not replace the block's exception (see ``block.rs``). In a
+    /// process forked inside the block it leaves the parent's slot alone.
     fn __exit__(
         &self,
         py: Python<'_>,
         _exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let name = &self.group.get().name;
-        self.with_token(py, |group, token| {
-            if !group.done(token)? {
+        let left = self.with_token(py, |group, token| {
+            if !group.leave(token)? {
                 log::warn!(
                     "a slot of wait group {name:?} had been lost before it was freed: more than its limit may have run meanwhile"
                 );
             }
             Ok(())
-        })
+        });
+        block::exit(py, exc, left)
     }
 
     /// The slot's token (a UUID), what ``WaitGroup.done`` takes.

@@ -23,6 +23,7 @@ pub(crate) fn define(ruby: &Ruby, redis: RModule) -> Result<(), Error> {
     class.define_private_method("acquire", method!(Lock::acquire, 1))?;
     class.define_method("try_lock", method!(Lock::try_lock, 0))?;
     class.define_method("unlock", method!(Lock::unlock, 0))?;
+    class.define_private_method("leave", method!(Lock::leave, 0))?;
     class.define_method("healthy?", method!(Lock::healthy, 0))?;
     class.define_method("check_health!", method!(Lock::check_health, 0))?;
     class.define_method("owned?", method!(Lock::owned, 0))?;
@@ -112,6 +113,12 @@ impl Lock {
 
     fn unlock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
         rb_self.core.blocking(ruby, |lock, _| lock.release())
+    }
+
+    /// Ends a block that locked: unlocks unless the hold is a parent
+    /// process's, inherited by a fork inside the block.
+    fn leave(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
+        rb_self.core.blocking(ruby, |lock, _| lock.leave())
     }
 
     fn healthy(ruby: &Ruby, rb_self: &Self) -> bool {

@@ -21,6 +21,7 @@ pub(crate) fn define(ruby: &Ruby, redis: RModule) -> Result<(), Error> {
     class.define_singleton_method("build", method!(WaitGroup::build, 7))?;
     class.define_private_method("take", method!(WaitGroup::take, 2))?;
     class.define_method("done", method!(WaitGroup::done, 1))?;
+    class.define_private_method("leave", method!(WaitGroup::leave, 1))?;
     class.define_private_method("wait_idle", method!(WaitGroup::wait_idle, 1))?;
     class.define_method("count", method!(WaitGroup::count, 0))?;
     class.define_method("healthy?", method!(WaitGroup::healthy, 1))?;
@@ -89,6 +90,13 @@ impl WaitGroup {
     fn done(ruby: &Ruby, rb_self: &Self, token: Value) -> Result<bool, Error> {
         let token = convert::string("token", token).or_raise(ruby)?;
         rb_self.core.blocking(ruby, |group, _| group.done(&token))
+    }
+
+    /// Ends `synchronize`'s block: frees the slot unless it is a parent
+    /// process's, inherited by a fork inside the block.
+    fn leave(ruby: &Ruby, rb_self: &Self, token: Value) -> Result<bool, Error> {
+        let token = convert::string("token", token).or_raise(ruby)?;
+        rb_self.core.blocking(ruby, |group, _| group.leave(&token))
     }
 
     /// Waits up to `timeout` seconds (nil: forever) until no slot is held.

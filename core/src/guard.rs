@@ -11,6 +11,8 @@ pub trait ThreadLock: sealed::Sealed {
     #[doc(hidden)]
     fn release(&self) -> Result<bool>;
     #[doc(hidden)]
+    fn leave(&self) -> Result<bool>;
+    #[doc(hidden)]
     fn healthy(&self) -> bool;
     #[doc(hidden)]
     fn check_health(&self) -> Result<()>;
@@ -70,8 +72,10 @@ impl<'a, L: ThreadLock> Guard<'a, L> {
 
 impl<L: ThreadLock> Drop for Guard<'_, L> {
     fn drop(&mut self) {
+        // A guard dropped in a process forked while it was held must leave
+        // the parent's hold alone.
         if !self.released {
-            if let Err(e) = self.lock.release() {
+            if let Err(e) = self.lock.leave() {
                 log::warn!("releasing a lock guard failed: {e}");
             }
         }
@@ -86,6 +90,9 @@ macro_rules! thread_lock {
         impl $crate::guard::ThreadLock for $lock {
             fn release(&self) -> $crate::Result<bool> {
                 <$lock>::release(self)
+            }
+            fn leave(&self) -> $crate::Result<bool> {
+                <$lock>::leave(self)
             }
             fn healthy(&self) -> bool {
                 <$lock>::healthy(self)

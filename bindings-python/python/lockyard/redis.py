@@ -59,7 +59,12 @@ def exclusive(url: str, names: Iterable[str], *, session: Session) -> Iterator[s
         lock = Lock(url, name, session=session)
         if not lock.try_acquire():
             continue
+        # Ends the task's block as `with` would: in a process forked inside
+        # it the lock is the parent's and stays held, and a failing release
+        # does not replace what the loop raised (GeneratorExit: it broke).
         try:
             yield name
-        finally:
-            lock.release()
+        except BaseException as raised:
+            lock.__exit__(type(raised), raised, raised.__traceback__)
+            raise
+        lock.__exit__(None, None, None)

@@ -47,7 +47,9 @@ module Lockyard
       end
 
       # Holds the write lock for the block and releases it however the block
-      # is left (exception, break, return, throw).
+      # is left (exception, break, return, throw). If releasing fails after
+      # the block raised, the block's exception propagates and the failure
+      # is only warned about.
       # @raise [Lockyard::TimeoutError] when `timeout` runs out
       # @return the block's value
       def with_write_lock(timeout: default_timeout, &block)
@@ -92,6 +94,7 @@ module Lockyard
         # none can land between the grant and the ensure that gives it back.
         Thread.handle_interrupt(Exception => :never) do
           held_before = held_by_this_thread?
+          raised = nil
           begin
             Thread.handle_interrupt(Exception => :immediate) do
               unless acquire(write, timeout)
@@ -100,8 +103,10 @@ module Lockyard
 
               yield
             end
+          rescue Exception => raised # rubocop:disable Lint/RescueException
+            raise
           ensure
-            release if !held_before && held_by_this_thread?
+            Lockyard.end_block(raised) { release if !held_before && held_by_this_thread? }
           end
         end
       end

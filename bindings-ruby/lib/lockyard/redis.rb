@@ -124,20 +124,27 @@ module Lockyard
       end
       private_class_method :build
 
-      # Creates a session, yields it, and destroys it however the block is left.
+      # Creates a session, yields it, and destroys it however the block is
+      # left; if destroying fails after the block raised, the block's
+      # exception propagates and the failure is only warned about.
       # @return the block's value
       def self.open(**options)
         session = new(**options)
+        raised = nil
         begin
           yield session
+        rescue Exception => raised # rubocop:disable Lint/RescueException
+          raise
         ensure
-          session.destroy
+          Lockyard.end_block(raised) { session.destroy }
         end
       end
 
       # @!method destroy
       #   Frees every lock held under the session at once (no lock_delay),
-      #   deletes it from Redis and stops renewing it. Idempotent.
+      #   deletes it from Redis and stops renewing it. Idempotent. In a process
+      #   forked from the one that created it, frees only that process's own
+      #   locks under it and leaves the session to its creator.
       # @!method healthy?
       #   Whether the session is surely live: not destroyed, not lost, renewed in time.
       # @!method check_health!
@@ -237,10 +244,13 @@ module Lockyard
         lock = Lock.new(url: url, name: name, session: session)
         next unless lock.try_lock
 
+        raised = nil
         begin
           yield name
+        rescue Exception => raised # rubocop:disable Lint/RescueException
+          raise
         ensure
-          lock.unlock
+          Lockyard.end_block(raised) { lock.__send__(:leave) }
         end
       end
       nil

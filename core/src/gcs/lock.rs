@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::holder::{Hold, Holder};
 use super::options::LockBuilder;
 use crate::error::{Error, Result};
-use crate::holds::{Holds, ProcessHolds};
+use crate::holds::{Holds, Leaving, ProcessHolds};
 use crate::identity::{holder_number, random_hex};
 
 /// A distributed mutual-exclusion lock on one object in a Google Cloud
@@ -141,11 +141,29 @@ impl Lock {
             .holds()
             .remove(&self.key())
             .ok_or_else(|| Error::NotLocked(self.holder.what.clone()))?;
+        self.give_back(hold)
+    }
+
+    fn give_back(&self, hold: Hold) -> Result<bool> {
         let released = self.holder.release(hold);
         if let Ok(true) = released {
             self.holder.log(log::Level::Debug, || "Unlocked".into());
         }
         released
+    }
+
+    /// Ends a block that acquired the lock on the calling thread, like
+    /// [`Lock::release`], except in a process forked inside the block, where
+    /// the hold is the parent's and this does nothing (Ok(true)).
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling thread holds nothing.
+    pub fn leave(&self) -> Result<bool> {
+        match self.holds.leave(&self.key()) {
+            Leaving::Held(hold) => self.give_back(hold),
+            Leaving::Inherited => Ok(true),
+            Leaving::NotHeld => Err(Error::NotLocked(self.holder.what.clone())),
+        }
     }
 
     /// Forgets the calling thread's hold without touching the server and

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::node::{Mode, NetLocker, RedisNode};
 use super::rw_lock::{Hold, Quorum};
 use crate::error::{Error, Result};
-use crate::holds::Holds;
+use crate::holds::{Holds, Leaving};
 use crate::identity::{holder_identity, holder_number, random_hex};
 use crate::lease::Lease;
 use crate::redis::{check_name, server};
@@ -260,6 +260,20 @@ impl RwLock {
         self.quorum.release(&hold)
     }
 
+    /// Ends a block that acquired the lock on the calling thread, like
+    /// [`RwLock::release`], except in a process forked inside the block,
+    /// where the hold is the parent's and this does nothing (Ok(true)).
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling thread holds nothing.
+    pub fn leave(&self) -> Result<bool> {
+        match self.holds.leave(&holder_number()) {
+            Leaving::Held(hold) => self.quorum.release(&hold),
+            Leaving::Inherited => Ok(true),
+            Leaving::NotHeld => Err(Error::NotLocked(self.quorum.what.clone())),
+        }
+    }
+
     /// Whether the calling thread holds the lock and its lease is surely
     /// still live on a quorum. Reads a flag and the clock; no network.
     pub fn healthy(&self) -> bool {
@@ -348,8 +362,9 @@ impl<'a> Guard<'a> {
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
+        // In a process forked while it was held, the hold is the parent's.
         if !self.released {
-            if let Err(e) = self.lock.release() {
+            if let Err(e) = self.lock.leave() {
                 log::warn!("releasing a rw lock guard failed: {e}");
             }
         }

@@ -4,7 +4,6 @@
 //! observers see each change, however quick, in fencing-token order.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::keys::Keys;
@@ -12,6 +11,7 @@ use super::semaphore::{Hold, Semaphore};
 use super::server::{server, Route, COMMAND_TIMEOUT};
 use super::session::{Binding, Session};
 use crate::error::{Error, Result};
+use crate::holds::{Holds, ProcessHolds};
 use crate::identity::random_hex;
 
 /// How often an observer with nothing to read asks whether the leader's
@@ -47,8 +47,13 @@ pub struct Term {
 /// ```
 pub struct Election {
     semaphore: Semaphore,
-    token: String,
-    term: Mutex<Option<Hold>>,
+    /// `<session id>-<pid>/<random>`: the pid keeps a forked child's
+    /// campaign from passing for its parent's term.
+    session_id: String,
+    suffix: String,
+    /// This process's term, if it leads: a forked child does not, and its
+    /// exit must not end its parent's term.
+    term: Holds<(), Hold>,
 }
 
 impl Election {
@@ -69,9 +74,10 @@ impl Election {
             Some(Binding::new(state.clone(), true)),
         );
         Ok(Election {
-            token: format!("{}-{}/{}", state.id(), std::process::id(), random_hex(4)),
+            session_id: state.id().to_owned(),
+            suffix: random_hex(4),
             semaphore,
-            term: Mutex::new(None),
+            term: Holds::new(),
         })
     }
 
@@ -97,15 +103,16 @@ impl Election {
         if value.is_empty() {
             return Err(Error::config("a campaign's value must not be empty"));
         }
-        if self.term().is_some() {
+        if self.term().contains_key(&()) {
             return Err(Error::AlreadyLocked(self.semaphore.what().to_owned()));
         }
+        let token = format!("{}-{}/{}", self.session_id, std::process::id(), self.suffix);
         match self
             .semaphore
-            .acquire(&self.token, value, timeout, interrupted)?
+            .acquire(&token, value, timeout, interrupted)?
         {
             Some(hold) => {
-                *self.term() = Some(hold);
+                self.term().insert((), hold);
                 Ok(true)
             }
             None => Ok(false),
@@ -120,7 +127,7 @@ impl Election {
     pub fn resign(&self) -> Result<bool> {
         let hold = self
             .term()
-            .take()
+            .remove(&())
             .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))?;
         self.semaphore.release(hold)
     }
@@ -135,7 +142,7 @@ impl Election {
     /// flag and the clock; never touches Redis.
     pub fn is_leader(&self) -> bool {
         self.term()
-            .as_ref()
+            .get(&())
             .is_some_and(|hold| hold.health.is_healthy())
     }
 
@@ -143,7 +150,7 @@ impl Election {
     /// [`Error::NotLocked`] when not leading, [`Error::LockUnhealthy`] when
     /// leadership may be lost.
     pub fn check_health(&self) -> Result<()> {
-        match self.term().as_ref() {
+        match self.term().get(&()) {
             None => Err(Error::NotLocked(self.semaphore.what().to_owned())),
             Some(hold) => hold.check_health(self.semaphore.what()),
         }
@@ -151,7 +158,7 @@ impl Election {
 
     /// The fencing token of this election's current term, if it leads.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.term().as_ref().map(|hold| hold.fence)
+        self.term().get(&()).map(|hold| hold.fence)
     }
 
     /// The changes of leadership from now on, starting with the current
@@ -166,15 +173,16 @@ impl Election {
         }
     }
 
-    fn term(&self) -> std::sync::MutexGuard<'_, Option<Hold>> {
-        self.term.lock().unwrap_or_else(|e| e.into_inner())
+    fn term(&self) -> ProcessHolds<'_, (), Hold> {
+        self.term.get()
     }
 }
 
 impl Drop for Election {
-    /// A dropped leader resigns rather than leaving its term to the session.
+    /// A dropped leader resigns rather than leaving its term to the
+    /// session; a forked child has no term to resign.
     fn drop(&mut self) {
-        if let Some(hold) = self.term().take() {
+        for hold in self.term.drain() {
             if let Err(e) = self.semaphore.release(hold) {
                 log::warn!("resigning {} on drop failed: {e}", self.semaphore.what());
             }

@@ -8,7 +8,7 @@ use super::semaphore::{Hold, Semaphore};
 use super::server::{server, Route};
 use super::session::{Binding, Session, SessionState};
 use crate::error::{Error, Result};
-use crate::holds::Holds;
+use crate::holds::{Holds, Leaving};
 use crate::identity::{holder_identity, holder_number, random_hex};
 use crate::lease::Lease;
 
@@ -257,6 +257,21 @@ impl Lock {
             .remove(&holder_number())
             .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))?;
         self.semaphore.release(hold)
+    }
+
+    /// Ends a block that acquired the lock on the calling thread (a guard's
+    /// drop, a binding's `with` or `synchronize`): releases the hold like
+    /// [`Lock::release`], except in a process forked inside the block,
+    /// where the hold is the parent's and this does nothing (Ok(true)).
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling thread holds nothing.
+    pub fn leave(&self) -> Result<bool> {
+        match self.holds.leave(&holder_number()) {
+            Leaving::Held(hold) => self.semaphore.release(hold),
+            Leaving::Inherited => Ok(true),
+            Leaving::NotHeld => Err(Error::NotLocked(self.semaphore.what().to_owned())),
+        }
     }
 
     /// Whether the calling thread holds the lock and its lease is surely

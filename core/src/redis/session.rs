@@ -17,7 +17,6 @@
 //! without `destroy()` leaves its grants until ttl + lock_delay, then the
 //! same.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,6 +27,7 @@ use super::semaphore::Member;
 use super::server::{server, Route, COMMAND_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::health::Health;
+use crate::holds::{Holds, ProcessHolds};
 use crate::identity::random_hex;
 use crate::lease::Lease;
 use crate::runtime;
@@ -152,7 +152,7 @@ impl SessionBuilder {
             behavior: self.behavior,
             lock_delay: self.lock_delay,
             health: Arc::new(Health::new(sent + self.ttl)),
-            members: Mutex::new(HashMap::new()),
+            members: Holds::new(),
             next_member: AtomicU64::new(0),
             destroyed: AtomicBool::new(false),
             pid: std::process::id(),
@@ -213,6 +213,10 @@ impl Session {
     /// deletes the session from Redis and stops renewing it. Locks under it
     /// report unhealthy afterwards; calling it again does nothing.
     ///
+    /// In a process forked from the one that created the session, it ends
+    /// the session only for this process: it frees the locks this process
+    /// took under it, and leaves the session and its parent's locks alone.
+    ///
     /// # Errors
     /// [`Error::Backend`] if Redis could not be asked; the session is
     /// destroyed locally all the same, and what Redis still holds runs out
@@ -227,13 +231,10 @@ impl Session {
 }
 
 impl Drop for Session {
-    /// A dropped session is destroyed, unless this is a forked child: the
-    /// session belongs to the process that created it.
+    /// A dropped session is destroyed (in a forked child: only for it).
     fn drop(&mut self) {
-        if self.state.pid == std::process::id() {
-            if let Err(e) = self.state.destroy() {
-                log::warn!("destroying session {} on drop failed: {e}", self.state.id);
-            }
+        if let Err(e) = self.state.destroy() {
+            log::warn!("destroying session {} on drop failed: {e}", self.state.id);
         }
     }
 }
@@ -246,8 +247,9 @@ pub(crate) struct SessionState {
     behavior: Behavior,
     lock_delay: Duration,
     health: Arc<Health>,
-    /// Grants held under the session, kept alive by its renewal.
-    members: Mutex<HashMap<u64, Member>>,
+    /// Grants held under the session, kept alive by its renewal; a forked
+    /// child's are its own, not its parent's.
+    members: Holds<u64, Member>,
     next_member: AtomicU64,
     destroyed: AtomicBool,
     pid: u32,
@@ -292,29 +294,36 @@ impl SessionState {
         }
     }
 
-    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Member>> {
-        self.members.lock().unwrap_or_else(|e| e.into_inner())
+    fn members(&self) -> ProcessHolds<'_, u64, Member> {
+        self.members.get()
     }
 
     fn destroy(&self) -> Result<()> {
         if self.destroyed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if let Some(renewer) = self
-            .renewer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            renewer.abort();
+        // A forked child must not end the session its parent still uses,
+        // nor touch the renewer task, which runs on the parent's runtime.
+        let creator = self.pid == std::process::id();
+        if creator {
+            if let Some(renewer) = self
+                .renewer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                renewer.abort();
+            }
         }
         self.health.mark_lost("the session was destroyed");
-        let members: Vec<Member> = self.members().drain().map(|(_, m)| m).collect();
         let mut first_error = None;
-        for member in members {
+        for member in self.members.drain() {
             if let Err(e) = member.release() {
                 first_error.get_or_insert(e);
             }
+        }
+        if !creator {
+            return first_error.map_or(Ok(()), Err);
         }
         let deleted = self.route.run("destroy session", COMMAND_TIMEOUT, |conn| {
             redis::cmd("DEL").arg(&self.key).query::<()>(conn)

@@ -9,7 +9,7 @@ use super::keys::Keys;
 use super::semaphore::{Hold, Semaphore};
 use super::server::{server, Route};
 use crate::error::{Error, Result};
-use crate::holds::Holds;
+use crate::holds::{Holds, Leaving};
 use crate::identity::uuid4;
 use crate::lease::Lease;
 
@@ -160,6 +160,20 @@ impl WaitGroup {
         }
     }
 
+    /// Ends a block that took the slot of `token` (a [`Slot`]'s drop, a
+    /// binding's `with` or `synchronize`). Unlike [`WaitGroup::done`] it
+    /// frees only a slot this process holds: in a process forked inside the
+    /// block the slot is the parent's, and this does nothing (Ok(true)).
+    /// Ok(false) when the slot was freed already (e.g. by `done` inside the
+    /// block).
+    pub fn leave(&self, token: &str) -> Result<bool> {
+        match self.slots.leave(token) {
+            Leaving::Held(hold) => self.semaphore.release(hold),
+            Leaving::Inherited => Ok(true),
+            Leaving::NotHeld => Ok(false),
+        }
+    }
+
     /// Waits up to `timeout` (None: forever) until no slot is held.
     /// Ok(false) when the timeout ran out. Interruptible like [`WaitGroup::add`].
     pub fn wait_interruptibly(
@@ -252,7 +266,7 @@ impl Slot<'_> {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.group.done(&self.token) {
+        if let Err(e) = self.group.leave(&self.token) {
             log::warn!("freeing a slot failed: {e}");
         }
     }

@@ -16,7 +16,8 @@ module Lockyard
     #
     # Slots belong to the process, not the thread: a token can be given to
     # {#done} from any thread, or any other process. A forked child neither
-    # holds nor frees its parent's slots by dropping its copy of the group.
+    # holds nor frees its parent's slots by dropping its copy of the group
+    # or by leaving a {#synchronize} block it inherited.
     #
     # Durations are seconds (Integer or Float). Bad arguments raise
     # {Lockyard::ConfigError} before any network access.
@@ -53,7 +54,9 @@ module Lockyard
       end
 
       # Takes a slot, yields it, and frees it however the block is left
-      # (exception, break, return, throw).
+      # (exception, break, return, throw). If freeing it fails after the
+      # block raised, the block's exception propagates and the failure is
+      # only warned about.
       # @param timeout [Numeric, nil] as for {#add}
       # @yieldparam slot [Slot]
       # @return the block's value
@@ -66,13 +69,16 @@ module Lockyard
         # slot before any can land, so the ensure frees every slot taken.
         Thread.handle_interrupt(Exception => :never) do
           slot = Slot.new(self)
+          raised = nil
           begin
             Thread.handle_interrupt(Exception => :immediate) do
               take(timeout, slot)
               yield slot
             end
+          rescue Exception => raised # rubocop:disable Lint/RescueException
+            raise
           ensure
-            done(slot.token) if slot.token
+            Lockyard.end_block(raised) { leave(slot.token) if slot.token }
           end
         end
       end
