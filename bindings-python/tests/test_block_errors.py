@@ -73,6 +73,20 @@ def test_an_exclusive_tasks_exception_wins_over_a_failing_release(
             raise RuntimeError("the block's own")
 
 
+def test_breaking_out_of_exclusive_raises_a_failing_release(
+    redis: Redis, name: str
+) -> None:
+    # A break is an orderly exit, not a failing block: closing the loop
+    # must report that the task's lock could not be given back.
+    session = Session(redis.url, lock_delay=0.0)
+    tasks = exclusive(redis.url, [name], session=session)
+    for _task in tasks:
+        redis.stop()
+        break
+    with pytest.raises(lockyard.BackendError):
+        tasks.close()
+
+
 def test_a_gcs_blocks_exception_wins_over_a_failing_release(
     name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

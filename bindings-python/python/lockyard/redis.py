@@ -61,9 +61,13 @@ def exclusive(url: str, names: Iterable[str], *, session: Session) -> Iterator[s
             continue
         # Ends the task's block as `with` would: in a process forked inside
         # it the lock is the parent's and stays held, and a failing release
-        # does not replace what the loop raised (GeneratorExit: it broke).
+        # does not replace what the loop body raised. GeneratorExit means
+        # the loop broke: an orderly exit, whose failing release raises.
         try:
             yield name
+        except GeneratorExit:
+            lock.__exit__(None, None, None)
+            raise
         except BaseException as raised:
             lock.__exit__(type(raised), raised, raised.__traceback__)
             raise
