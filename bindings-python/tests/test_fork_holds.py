@@ -141,3 +141,36 @@ def test_a_forked_child_keeps_its_parents_gcs_lock(
         assert "lockyard" not in err, err
     finally:
         gcs.stop()
+
+
+GCS_SHARED_PREFIX = """
+    import json, os, sys
+    from lockyard.gcs import Lock
+
+    name = sys.argv[1]
+    lock = Lock(bucket_name="locks", path=name, ttl=10.0, instance_identity_prefix="worker")
+    with lock:
+        pid = os.fork()
+        if pid == 0:
+            # The parent's identity with instant recovery would hand the
+            # child the parent's hold; the child must wait like anyone else.
+            os._exit(3 if lock.acquire(timeout=0.5) else 0)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"child": os.waitstatus_to_exitcode(status),
+                          "healthy": lock.healthy, "owned": lock.owned()}), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_with_its_parents_identity_prefix_waits_like_anyone(
+    name: str, spawn: Spawn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gcs = start_fake_gcs()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.host)
+        parent = spawn(GCS_SHARED_PREFIX, name)
+        out, err = parent.communicate(timeout=60)
+        assert parent.returncode == 0, err
+        assert json.loads(out) == {"child": 0, "healthy": True, "owned": True}, err
+    finally:
+        gcs.stop()

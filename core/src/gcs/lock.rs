@@ -38,6 +38,8 @@ pub struct Lock {
     /// `None`: random per lock object, with the pid appended at use.
     identity_prefix: Option<String>,
     random_prefix: String,
+    /// The process that built the lock: a given prefix is that process's.
+    created_by: u32,
     thread_safe: bool,
     default_timeout: Option<Duration>,
     holds: Holds<u64, Hold>,
@@ -60,6 +62,7 @@ impl Lock {
             holder: Arc::new(holder),
             identity_prefix,
             random_prefix: random_hex(12),
+            created_by: std::process::id(),
             thread_safe,
             default_timeout,
             holds: Holds::new(),
@@ -238,10 +241,17 @@ impl Lock {
     }
 
     /// The calling thread's holder identity, as stored in the object.
+    ///
+    /// A given prefix is used as is in the process that built the lock (the
+    /// gem's identities); a process forked from it appends its pid, or the
+    /// child would pass for its parent and take over the parent's hold by
+    /// the gem's instant recovery.
     pub fn identity(&self) -> String {
+        let pid = std::process::id();
         let prefix = match &self.identity_prefix {
-            Some(prefix) => prefix.clone(),
-            None => format!("{}-{}", self.random_prefix, std::process::id()),
+            Some(prefix) if pid == self.created_by => prefix.clone(),
+            Some(prefix) => format!("{prefix}-{pid}"),
+            None => format!("{}-{pid}", self.random_prefix),
         };
         if self.thread_safe {
             format!("{prefix}/{}", holder_number())
