@@ -94,8 +94,7 @@ module Lockyard
         # none can land between the grant and the ensure that gives it back.
         Thread.handle_interrupt(Exception => :never) do
           held_before = held_by_this_thread?
-          raised = nil
-          begin
+          Lockyard.give_back_after(-> { release if !held_before && held_by_this_thread? }) do
             Thread.handle_interrupt(Exception => :immediate) do
               unless acquire(write, timeout)
                 raise Lockyard::TimeoutError, "timed out after #{timeout}s waiting for rw lock #{name.inspect}"
@@ -103,10 +102,6 @@ module Lockyard
 
               yield
             end
-          rescue Exception => raised # rubocop:disable Lint/RescueException
-            raise
-          ensure
-            Lockyard.end_block(raised) { release if !held_before && held_by_this_thread? }
           end
         end
       end

@@ -130,14 +130,7 @@ module Lockyard
       # @return the block's value
       def self.open(**options)
         session = new(**options)
-        raised = nil
-        begin
-          yield session
-        rescue Exception => raised # rubocop:disable Lint/RescueException
-          raise
-        ensure
-          Lockyard.end_block(raised) { session.destroy }
-        end
+        Lockyard.give_back_after(-> { session.destroy }) { yield session }
       end
 
       # @!method destroy
@@ -244,14 +237,7 @@ module Lockyard
         lock = Lock.new(url: url, name: name, session: session)
         next unless lock.try_lock
 
-        raised = nil
-        begin
-          yield name
-        rescue Exception => raised # rubocop:disable Lint/RescueException
-          raise
-        ensure
-          Lockyard.end_block(raised) { lock.__send__(:leave) }
-        end
+        Lockyard.give_back_after(-> { lock.__send__(:leave) }) { yield name }
       end
       nil
     end

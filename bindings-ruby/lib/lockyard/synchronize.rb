@@ -1,17 +1,24 @@
 # frozen_string_literal: true
 
 module Lockyard
-  # Ends a block: yields to give back what the block held. When that fails
-  # while the block's own exception +raised+ propagates (nil: the block did
-  # not raise), +raised+ is what the caller must see, so the failure is
-  # reported with +warn+ instead of replacing it.
+  # Runs the block, then +give_back+ however the block is left (exception,
+  # break, return, throw). When giving back fails while the block's own
+  # exception propagates, that exception is what the caller must see, so
+  # the failure is reported with +warn+ instead of replacing it; after a
+  # block that did not raise, the failure raises.
   # @api private
-  def self.end_block(raised)
+  def self.give_back_after(give_back)
     yield
-  rescue StandardError => e
-    raise unless raised
+  rescue Exception => raised # rubocop:disable Lint/RescueException
+    raise
+  ensure
+    begin
+      give_back.call
+    rescue StandardError => e
+      raise unless raised
 
-    warn("lockyard: releasing after the block raised #{raised.class} failed too: #{e.class}: #{e.message}")
+      warn("lockyard: releasing after the block raised #{raised.class} failed too: #{e.class}: #{e.message}")
+    end
   end
 
   # +synchronize+ for every lock class: it needs +lock(timeout:)+, +unlock+,
@@ -29,16 +36,11 @@ module Lockyard
       # lock and the ensure that gives it back.
       Thread.handle_interrupt(Exception => :never) do
         held_before = held_by_this_thread?
-        raised = nil
-        begin
+        Lockyard.give_back_after(-> { unlock if !held_before && held_by_this_thread? }) do
           Thread.handle_interrupt(Exception => :immediate) do
             lock(timeout: timeout)
             yield
           end
-        rescue Exception => raised # rubocop:disable Lint/RescueException
-          raise
-        ensure
-          Lockyard.end_block(raised) { unlock if !held_before && held_by_this_thread? }
         end
       end
     end

@@ -69,16 +69,11 @@ module Lockyard
         # slot before any can land, so the ensure frees every slot taken.
         Thread.handle_interrupt(Exception => :never) do
           slot = Slot.new(self)
-          raised = nil
-          begin
+          Lockyard.give_back_after(-> { leave(slot.token) if slot.token }) do
             Thread.handle_interrupt(Exception => :immediate) do
               take(timeout, slot)
               yield slot
             end
-          rescue Exception => raised # rubocop:disable Lint/RescueException
-            raise
-          ensure
-            Lockyard.end_block(raised) { leave(slot.token) if slot.token }
           end
         end
       end
