@@ -7,7 +7,9 @@
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
@@ -32,13 +34,14 @@ impl<T: Send + Sync> Unlocked<T> {
     }
 
     /// Runs a call that returns promptly or after a bounded network wait
-    /// (the connect and command timeouts bound it).
+    /// (the connect and command timeouts bound it). A call that returns
+    /// while the interpreter exits parks its thread (see [`Unlocked::wait`]).
     pub(crate) fn call<R: Send>(
         &self,
         py: Python<'_>,
         call: impl FnOnce(&T) -> lockyard::Result<R> + Send,
     ) -> PyResult<R> {
-        let outcome = py.detach(|| call(&self.inner));
+        let outcome = detach_unless_exiting(py, || call(&self.inner), drop);
         finish(py, outcome)
     }
 
@@ -60,38 +63,35 @@ impl<T: Send + Sync> Unlocked<T> {
         wait: impl FnOnce(&T, &dyn Fn() -> bool) -> lockyard::Result<R> + Send,
         give_back: impl FnOnce(&T, R) + Send,
     ) -> PyResult<R> {
-        let (outcome, raised) = py.detach(|| {
-            waiting(1);
-            let raised: RefCell<Option<PyErr>> = RefCell::new(None);
-            let interrupted = || {
-                if EXITING.load(Ordering::Acquire) {
-                    return true;
-                }
-                match Python::try_attach(|py| py.check_signals()) {
-                    Some(Ok(())) => false,
-                    Some(Err(e)) => {
-                        raised.borrow_mut().get_or_insert(e);
-                        true
+        let (outcome, raised) = detach_unless_exiting(
+            py,
+            || {
+                let raised: RefCell<Option<PyErr>> = RefCell::new(None);
+                let interrupted = || {
+                    if must_not_attach() {
+                        return true;
                     }
-                    // Finalized already: nobody is left to raise to.
-                    None => true,
-                }
-            };
-            let outcome = wait(&self.inner, &interrupted);
-            if EXITING.load(Ordering::Acquire) || !interpreter_usable() {
-                // Best effort: what this fails to give back runs out by
-                // its ttl, and no one is left to report the failure to.
+                    match Python::try_attach(|py| py.check_signals()) {
+                        Some(Ok(())) => false,
+                        Some(Err(e)) => {
+                            raised.borrow_mut().get_or_insert(e);
+                            true
+                        }
+                        // Finalized already: nobody is left to raise to.
+                        None => true,
+                    }
+                };
+                let outcome = wait(&self.inner, &interrupted);
+                (outcome, raised.into_inner())
+            },
+            |(outcome, _)| {
+                // Best effort: what this fails to give back runs out by its
+                // ttl, and no one is left to report the failure to.
                 if let Ok(taken) = outcome {
                     give_back(&self.inner, taken);
                 }
-                waiting(-1);
-                loop {
-                    std::thread::park();
-                }
-            }
-            waiting(-1);
-            (outcome, raised.into_inner())
-        });
+            },
+        );
         match (outcome, raised) {
             (Err(lockyard::Error::Interrupted(_)), Some(raised)) => {
                 logging::forward(py);
@@ -102,40 +102,108 @@ impl<T: Send + Sync> Unlocked<T> {
     }
 }
 
-/// Set once the interpreter starts exiting: waits check it instead of
-/// attaching.
-static EXITING: AtomicBool = AtomicBool::new(false);
-/// This process's threads inside [`Unlocked::wait`] that have not given
-/// up yet, as `pid << 32 | count` (see [`waiting`]).
-static WAITING: AtomicU64 = AtomicU64::new(0);
-/// How long exiting waits for waiters to give up: a wait notices within a
-/// 50 ms poll, then leaves the queue in one round trip.
+/// Runs `body` detached, counted among this process's calls in flight.
+/// If the interpreter started exiting meanwhile and this thread may not
+/// attach any more, `give_back` gets the outcome and the thread parks until
+/// the process ends: attaching to a finalizing interpreter ends the thread
+/// inside these frames, which aborts the process.
+///
+/// The count drops only once the thread is attached again, so
+/// [`before_exit`], which waits for it to reach zero, cannot let
+/// finalization begin while a thread is between its call and the GIL.
+fn detach_unless_exiting<R: Send>(
+    py: Python<'_>,
+    body: impl FnOnce() -> R + Send,
+    give_back: impl FnOnce(R) + Send,
+) -> R {
+    let in_flight = InFlight::enter();
+    py.detach(|| {
+        let outcome = body();
+        if must_not_attach() {
+            give_back(outcome);
+            in_flight.leave_for_good();
+        }
+        outcome
+    })
+}
+
+/// Set once the interpreter starts exiting, to the exiting thread: every
+/// other thread checks it instead of attaching.
+static EXITING: Mutex<Option<ThreadId>> = Mutex::new(None);
+/// Whether [`EXITING`] was set, read without its mutex on every poll.
+static EXIT_STARTED: AtomicBool = AtomicBool::new(false);
+/// This process's threads inside a detached call, as `pid << 32 | count`
+/// (see [`in_flight`]).
+static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
+/// How long exiting waits for calls in flight: a wait notices within a
+/// 50 ms poll, then leaves the queue in one round trip; a call's round trip
+/// is bounded by the command timeout, and one still running after this
+/// parks when it returns.
 const GIVE_UP_WITHIN: Duration = Duration::from_secs(2);
 
 /// Registered with `atexit`, which runs after non-daemon threads were
-/// joined and before finalization begins: from now on waits end without
-/// attaching. Exiting then waits, without the GIL, until every waiting
-/// (daemon) thread has left its queue and given back what it was handed:
-/// otherwise the process could end first and strand a grant, and a waiter
-/// that read the flag just before it was set gets the GIL while attaching
-/// is still safe.
+/// joined and before finalization begins, on the thread that finalizes:
+/// from now on every other thread's wait ends without attaching and its
+/// calls park when they return. Exiting then waits, without the GIL, until
+/// every call in flight has parked or attached again: otherwise the process
+/// could end first and strand a grant a waiter was handed. The exiting
+/// thread itself goes on as before: later exit handlers and finalizers run
+/// on it and may take and release locks.
 #[pyfunction]
 pub(crate) fn before_exit(py: Python<'_>) {
-    EXITING.store(true, Ordering::Release);
+    *EXITING.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current().id());
+    EXIT_STARTED.store(true, Ordering::Release);
     py.detach(|| {
-        let give_up_at = std::time::Instant::now() + GIVE_UP_WITHIN;
-        while waiting(0) > 0 && std::time::Instant::now() < give_up_at {
+        let give_up_at = Instant::now() + GIVE_UP_WITHIN;
+        while in_flight(0) > 0 && Instant::now() < give_up_at {
             std::thread::sleep(Duration::from_millis(5));
         }
     });
 }
 
-/// Adds `delta` to the count of this process's waiting threads and returns
-/// it. A forked child starts from none: its parent's waiting threads do not
-/// exist in it, and its exit must not wait for them.
-fn waiting(delta: i64) -> u64 {
+/// Whether this thread must not attach again: the interpreter is exiting
+/// (or gone) and this is not the thread that finalizes it.
+fn must_not_attach() -> bool {
+    if !interpreter_usable() {
+        return true;
+    }
+    if !EXIT_STARTED.load(Ordering::Acquire) {
+        return false;
+    }
+    let exiting = *EXITING.lock().unwrap_or_else(|e| e.into_inner());
+    exiting != Some(std::thread::current().id())
+}
+
+/// One thread's detached call, counted in [`IN_FLIGHT`] until dropped.
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> Self {
+        in_flight(1);
+        InFlight
+    }
+
+    /// Leaves the count and parks this thread until the process ends.
+    fn leave_for_good(self) -> ! {
+        drop(self);
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        in_flight(-1);
+    }
+}
+
+/// Adds `delta` to the count of this process's calls in flight and returns
+/// it. A forked child starts from none: its parent's threads do not exist
+/// in it, and its exit must not wait for them.
+fn in_flight(delta: i64) -> u64 {
     let pid = u64::from(std::process::id());
-    let mut current = WAITING.load(Ordering::Acquire);
+    let mut current = IN_FLIGHT.load(Ordering::Acquire);
     loop {
         let count = if current >> 32 == pid {
             current & 0xffff_ffff
@@ -143,7 +211,7 @@ fn waiting(delta: i64) -> u64 {
             0
         };
         let next = count.saturating_add_signed(delta);
-        match WAITING.compare_exchange_weak(
+        match IN_FLIGHT.compare_exchange_weak(
             current,
             pid << 32 | next,
             Ordering::AcqRel,
@@ -166,7 +234,7 @@ pub(crate) fn detached<R: Send>(
     py: Python<'_>,
     call: impl FnOnce() -> lockyard::Result<R> + Send,
 ) -> PyResult<R> {
-    let outcome = py.detach(call);
+    let outcome = detach_unless_exiting(py, call, drop);
     finish(py, outcome)
 }
 
