@@ -82,6 +82,7 @@ class GcsServer
 end
 
 class GcsLockTest < Minitest::Test
+  include LockyardTest
   FAST = { backoff_min: 0.02, backoff_max: 0.1 }.freeze
 
   def self.fake_gcs
@@ -201,6 +202,49 @@ class GcsLockTest < Minitest::Test
     assert_match(/DEBUG -- lockyard: Acquiring lock/, out.string)
   end
 
+  # The parent forks inside its block; the child ends as ARGV[2] says.
+  FORK_PARENT = <<~'RUBY'
+    require "json"
+    require "lockyard"
+
+    host, path, how = ARGV
+    options = { bucket_name: "locks", path: path, instance_identity_prefix: "worker", ttl: 10,
+                cloud_storage_options: { emulator_host: host } }
+    lock = Lockyard::GCS::Lock.new(**options)
+    lock.synchronize do
+      pid = how == "block" ? fork { GC.start } : fork
+      if pid.nil?
+        exit 0 if how == "exit"
+        raise "the child's own failure" if how == "raise"
+
+        next
+      end
+      Process.wait(pid)
+      puts JSON.generate(child: $?.exitstatus)
+      $stdout.flush
+      $stdin.gets # the test looks from outside meanwhile
+      puts JSON.generate(healthy: lock.healthy?, owned: lock.owned_according_to_server?)
+      $stdout.flush
+    end
+  RUBY
+
+  { "exit" => 0, "raise" => 1, "leave" => 0, "block" => 0 }.each do |how, status|
+    define_method("test_a_forked_child_that_ends_by_#{how}_keeps_its_parents_lock") do
+      Open3.popen3(RbConfig.ruby, *ruby_include, "-e", FORK_PARENT, @gcs.host, @path, how) do |stdin, stdout, stderr, parent|
+        line = stdout.gets
+        assert line, -> { stderr.read }
+        assert_equal({ "child" => status }, JSON.parse(line))
+        refute new_lock.try_lock
+        stdin.puts("report")
+        assert_equal({ "healthy" => true, "owned" => true }, JSON.parse(stdout.gets))
+        stdin.close
+        err = stderr.read
+        assert parent.value.success?, err
+        refute_match(/Lockyard/, err)
+      end
+    end
+  end
+
   def test_compat_is_a_drop_in
     lock = DistributedLock::GoogleCloudStorage::Lock.new(
       bucket_name: "locks", path: @path, logger: Logger.new(File::NULL),
@@ -241,6 +285,22 @@ class GcsFaultsTest < Minitest::Test
     assert_equal false, holder.unlock
     assert taker.owned_according_to_server?
     assert_equal true, taker.unlock
+  end
+
+  # The server goes away inside the block: the block's exception reaches
+  # the caller and the failed release is only warned about.
+  def test_the_blocks_exception_wins_over_a_failing_release
+    lock = new_lock(ttl: 2, backoff_min: 0.02, backoff_max: 0.1)
+    _, err = capture_io do
+      error = assert_raises(RuntimeError) do
+        lock.synchronize do
+          @gcs.stop
+          raise "the block's own"
+        end
+      end
+      assert_equal "the block's own", error.message
+    end
+    assert_match(/failed too: Lockyard::/, err)
   end
 
   def test_transient_errors_are_retried
