@@ -75,6 +75,17 @@ pub(crate) fn uuid4() -> String {
     )
 }
 
+/// What one acquire presents to Redis: `identity` plus a nonce. Redis
+/// answers a repeated acquire (a retry after a lost reply, a waiter picking
+/// up its handoff) with the grant it already made to that token, so the
+/// token must name one request, not a holder: two lock objects with one
+/// identity (the same prefix in one thread, two containers both pid 1)
+/// would otherwise both be told they hold the lock.
+#[cfg(feature = "redis")]
+pub(crate) fn request_token(identity: &str) -> String {
+    format!("{identity}#{}", random_hex(6))
+}
+
 /// Identity of the calling thread for a lock object with `prefix`.
 #[cfg(feature = "redis")]
 pub(crate) fn holder_identity(prefix: &str) -> String {

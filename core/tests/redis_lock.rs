@@ -328,3 +328,36 @@ fn signals_landing_on_a_waiting_thread_do_not_break_its_wait() {
         .expect("a signal must not turn the wait into an error");
     assert!(token > first);
 }
+
+/// Two lock objects with one identity (the same prefix in one thread, or
+/// two pods whose main process is pid 1) are two holders to Redis: the
+/// second waits like anyone else instead of being told "granted".
+#[test]
+fn two_locks_with_one_identity_never_both_hold() {
+    let server = RedisServer::start();
+    let build = || {
+        Lock::builder(server.url(), "shared-identity")
+            .identity_prefix("worker")
+            .build()
+            .unwrap()
+    };
+    let (first, second) = (build(), build());
+    assert_eq!(first.identity(), second.identity());
+    let guard = first.try_acquire().unwrap().expect("free at first");
+    assert!(
+        second.try_acquire().unwrap().is_none(),
+        "granted to a second object presenting the same identity"
+    );
+    assert!(
+        !second.owned().unwrap(),
+        "the other object's grant is not its own"
+    );
+    assert!(first.owned().unwrap());
+    assert!(
+        matches!(second.acquire(Some(MS(300))), Err(Error::Timeout { .. })),
+        "waits, then times out"
+    );
+    drop(guard);
+    let taken = second.try_acquire().unwrap().expect("free once released");
+    assert!(taken.healthy());
+}

@@ -91,11 +91,19 @@ fn a_lost_session_bars_its_locks_for_lock_delay() {
     // Lose it the way a long partition would: its lease runs out now.
     let mut raw = server.raw().unwrap();
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg("lockyard:{delayed}:holders")
+        .arg(0)
+        .arg(-1)
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(members.len(), 1);
+    assert!(members[0].starts_with(&lock.identity()));
     let _: () = redis::cmd("ZADD")
         .arg("lockyard:{delayed}:holders")
         .arg("XX")
         .arg(secs * 1000 + micros / 1000)
-        .arg(lock.identity())
+        .arg(&members[0])
         .query(&mut raw)
         .unwrap();
     let expired_at = Instant::now();
@@ -215,4 +223,75 @@ fn observe_reports_every_term_in_fencing_order() {
     let end = observer.next_change(Some(MS(2000)), &|| false).unwrap();
     assert_eq!(end.map(|t| t.value), Some(None));
     assert_eq!(watcher.leader().unwrap(), None);
+}
+
+/// Two lock objects for one name under one session in one thread share an
+/// identity (the session id is their prefix); the second must not be told
+/// it holds the first one's grant.
+#[test]
+fn two_locks_under_one_session_never_both_hold() {
+    let server = RedisServer::start();
+    let shared = session(&server, 5000, Behavior::Release, 0);
+    let first = lock_under(&server, "one-name", &shared, "a");
+    let second = lock_under(&server, "one-name", &shared, "b");
+    let guard = first.try_acquire().unwrap().expect("free at first");
+    assert!(second.try_acquire().unwrap().is_none(), "two holders");
+    drop(guard);
+    assert!(second.try_acquire().unwrap().is_some());
+}
+
+/// Two threads campaign on one election, one with a timeout: when the
+/// timed one gives up, the other's won term stays won.
+#[test]
+fn a_campaign_that_gives_up_leaves_a_concurrent_win_alone() {
+    let server = RedisServer::start();
+    let ours = session(&server, 5000, Behavior::Release, 0);
+    let theirs = session(&server, 5000, Behavior::Release, 0);
+    let rival = Election::new(&server.url(), "contested", &theirs).unwrap();
+    assert!(rival.campaign("rival", Some(MS(0))).unwrap());
+    let election = std::sync::Arc::new(Election::new(&server.url(), "contested", &ours).unwrap());
+    let patient = {
+        let election = election.clone();
+        std::thread::spawn(move || election.campaign("a", None))
+    };
+    // Queued second, so the term is handed to the patient one.
+    std::thread::sleep(MS(200));
+    let hasty = {
+        let election = election.clone();
+        std::thread::spawn(move || election.campaign("a", Some(MS(1000))))
+    };
+    std::thread::sleep(MS(300));
+    assert!(rival.resign().unwrap());
+    assert!(
+        patient.join().unwrap().unwrap(),
+        "the patient campaign wins"
+    );
+    assert!(!hasty.join().unwrap().unwrap(), "one term, won once");
+    let third = Election::new(&server.url(), "contested", &theirs).unwrap();
+    assert!(
+        !third.campaign("third", Some(MS(0))).unwrap(),
+        "a third candidate won a term the first still holds"
+    );
+    assert!(election.is_leader());
+    assert_eq!(election.leader().unwrap().as_deref(), Some("a"));
+}
+
+/// After its session is lost, campaigning again says the session is lost,
+/// not that this election leads already.
+#[test]
+fn campaigning_after_a_lost_session_reports_it_lost() {
+    let server = RedisServer::start();
+    let lost = session(&server, 400, Behavior::Release, 0);
+    let election = Election::new(&server.url(), "after-loss", &lost).unwrap();
+    assert!(election.campaign("me", Some(MS(0))).unwrap());
+    let mut raw = server.raw().unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("lockyard:session:{{{}}}", lost.id()))
+        .query(&mut raw)
+        .unwrap();
+    eventually(MS(2000), "the session notices", || !lost.healthy());
+    assert!(matches!(
+        election.campaign("me", Some(MS(0))),
+        Err(Error::LockUnhealthy { .. })
+    ));
 }

@@ -4,15 +4,16 @@
 //! observers see each change, however quick, in fencing-token order.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::keys::Keys;
 use super::semaphore::{Hold, Semaphore};
 use super::server::{server, Route, COMMAND_TIMEOUT};
-use super::session::{Binding, Session};
+use super::session::{Binding, Session, SessionState};
 use crate::error::{Error, Result};
 use crate::holds::{Holds, ProcessHolds};
-use crate::identity::random_hex;
+use crate::identity::{random_hex, request_token};
 
 /// How often an observer with nothing to read asks whether the leader's
 /// lease ran out (nobody else may notice, and so record, its end).
@@ -47,9 +48,11 @@ pub struct Term {
 /// ```
 pub struct Election {
     semaphore: Semaphore,
-    /// `<session id>-<pid>/<random>`: the pid keeps a forked child's
-    /// campaign from passing for its parent's term.
-    session_id: String,
+    session: Arc<SessionState>,
+    /// `<session id>-<pid>/<random>` and a nonce per campaign: the pid
+    /// keeps a forked child's campaign from passing for its parent's term,
+    /// the nonce keeps two threads' campaigns apart (one giving up must not
+    /// cancel the term the other won).
     suffix: String,
     /// This process's term, if it leads: a forked child does not, and its
     /// exit must not end its parent's term.
@@ -74,7 +77,7 @@ impl Election {
             Some(Binding::new(state.clone(), true)),
         );
         Ok(Election {
-            session_id: state.id().to_owned(),
+            session: state.clone(),
             suffix: random_hex(4),
             semaphore,
             term: Holds::new(),
@@ -103,10 +106,18 @@ impl Election {
         if value.is_empty() {
             return Err(Error::config("a campaign's value must not be empty"));
         }
+        // A lost session is the news, not the term it took with it.
+        self.session.usable()?;
         if self.term().contains_key(&()) {
             return Err(Error::AlreadyLocked(self.semaphore.what().to_owned()));
         }
-        let token = format!("{}-{}/{}", self.session_id, std::process::id(), self.suffix);
+        let identity = format!(
+            "{}-{}/{}",
+            self.session.id(),
+            std::process::id(),
+            self.suffix
+        );
+        let token = request_token(&identity);
         match self
             .semaphore
             .acquire(&token, value, timeout, interrupted)?

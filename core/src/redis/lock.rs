@@ -9,7 +9,7 @@ use super::server::{server, Route};
 use super::session::{Binding, Session, SessionState};
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
-use crate::identity::{holder_identity, holder_number, random_hex};
+use crate::identity::{holder_identity, holder_number, random_hex, request_token};
 use crate::lease::Lease;
 
 /// A distributed mutual-exclusion lock on one Redis server (or Cluster).
@@ -232,7 +232,7 @@ impl Lock {
         if self.holds.get().contains_key(&thread) {
             return Err(Error::AlreadyLocked(self.semaphore.what().to_owned()));
         }
-        let token = holder_identity(&self.prefix);
+        let token = request_token(&holder_identity(&self.prefix));
         match self
             .semaphore
             .acquire(&token, &self.value, timeout, interrupted)?
@@ -302,10 +302,17 @@ impl Lock {
         self.holds.get().get(&holder_number()).map(|h| h.fence)
     }
 
-    /// Asks Redis whether the calling thread holds the lock.
+    /// Asks Redis whether the calling thread holds the lock: whether the
+    /// grant this thread took is still live there.
+    /// Without a grant the answer is no, but Redis is still asked, so an
+    /// unreachable server is reported the same way either way.
     pub fn owned(&self) -> Result<bool> {
-        let token = holder_identity(&self.prefix);
-        Ok(self.semaphore.inspect(Some(&token))?.1)
+        let token = self
+            .holds
+            .get()
+            .get(&holder_number())
+            .map(|hold| hold.token.clone());
+        Ok(self.semaphore.inspect(token.as_deref())?.1)
     }
 
     /// Asks Redis whether anyone holds the lock.
