@@ -295,3 +295,118 @@ fn campaigning_after_a_lost_session_reports_it_lost() {
         Err(Error::LockUnhealthy { .. })
     ));
 }
+
+/// A wait under a session that is destroyed meanwhile ends at once with
+/// LockUnhealthy; it is never granted the name later.
+#[test]
+fn a_wait_under_a_destroyed_session_ends_and_takes_nothing() {
+    let server = RedisServer::start();
+    let theirs = session(&server, 5000, Behavior::Release, 0);
+    let holder_lock = lock_under(&server, "busy", &theirs, "holder");
+    let held = holder_lock.try_acquire().unwrap().expect("free at first");
+    let ours = std::sync::Arc::new(session(&server, 5000, Behavior::Release, 5000));
+    let waiter = {
+        let ours = ours.clone();
+        let url = server.url();
+        std::thread::spawn(move || {
+            let lock = Lock::builder(url, "busy").session(&ours).build().unwrap();
+            let started = Instant::now();
+            let outcome = lock.acquire(Some(MS(10_000))).map(|_| ());
+            (outcome, started.elapsed())
+        })
+    };
+    std::thread::sleep(MS(300));
+    ours.destroy().unwrap();
+    let (outcome, waited) = waiter.join().unwrap();
+    assert!(
+        matches!(outcome, Err(Error::LockUnhealthy { .. })),
+        "{outcome:?}"
+    );
+    assert!(waited < MS(1500), "waited {waited:?}");
+    drop(held);
+    let next = Lock::builder(server.url(), "busy").build().unwrap();
+    assert!(
+        next.try_acquire().unwrap().is_some(),
+        "granted to a dead waiter"
+    );
+}
+
+/// A wait under a session whose key is gone (it ran out, or Redis
+/// restarted) is not granted a name nobody would renew: it ends with
+/// LockUnhealthy, and the name is free for others at once, without the
+/// lost session's lock_delay.
+#[test]
+fn a_wait_under_a_lost_session_is_not_granted() {
+    let server = RedisServer::start();
+    let holder_lock = Lock::builder(server.url(), "later").build().unwrap();
+    let held = holder_lock.try_acquire().unwrap().expect("free at first");
+    let ours = std::sync::Arc::new(session(&server, 20_000, Behavior::Release, 10_000));
+    let waiter = {
+        let ours = ours.clone();
+        let url = server.url();
+        std::thread::spawn(move || {
+            let lock = Lock::builder(url, "later").session(&ours).build().unwrap();
+            lock.acquire(Some(MS(10_000))).map(|_| ())
+        })
+    };
+    std::thread::sleep(MS(300));
+    let mut raw = server.raw().unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("lockyard:session:{{{}}}", ours.id()))
+        .query(&mut raw)
+        .unwrap();
+    // Handed to the waiter while its session renews only every 10 s.
+    drop(held);
+    let outcome = waiter.join().unwrap();
+    assert!(
+        matches!(outcome, Err(Error::LockUnhealthy { .. })),
+        "{outcome:?}"
+    );
+    assert!(!ours.healthy());
+    let next = Lock::builder(server.url(), "later").build().unwrap();
+    assert!(
+        next.try_acquire().unwrap().is_some(),
+        "the name stayed closed after a grant to a dead session"
+    );
+}
+
+/// A waiter under a session that is paused when the lock is handed to it
+/// (GC, swap, SIGSTOP) never held it: the name comes free after the 2 s
+/// handoff window, not after its session's lock_delay.
+#[test]
+fn a_missed_handoff_under_a_session_frees_the_name_after_the_handoff_window() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let server = RedisServer::start();
+    let holder_lock = Lock::builder(server.url(), "handoff").build().unwrap();
+    let held = holder_lock.try_acquire().unwrap().expect("free at first");
+    let ours = std::sync::Arc::new(session(&server, 5000, Behavior::Release, 10_000));
+    let paused = std::sync::Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let (ours, paused, url) = (ours.clone(), paused.clone(), server.url());
+        std::thread::spawn(move || {
+            let lock = Lock::builder(url, "handoff")
+                .session(&ours)
+                .build()
+                .unwrap();
+            let pause = || {
+                if paused.swap(false, Ordering::SeqCst) {
+                    std::thread::sleep(MS(4000));
+                }
+                false
+            };
+            let _ = lock.acquire_interruptibly(Some(MS(8000)), &pause);
+        })
+    };
+    std::thread::sleep(MS(300));
+    paused.store(true, Ordering::SeqCst);
+    std::thread::sleep(MS(100));
+    drop(held);
+    let started = Instant::now();
+    let next = Lock::builder(server.url(), "handoff").build().unwrap();
+    let taken = next.acquire(Some(MS(6000)));
+    let waited = started.elapsed();
+    assert!(taken.is_ok(), "{:?}", taken.err());
+    assert!(waited < MS(3000), "closed for {waited:?}");
+    drop(taken);
+    waiter.join().unwrap();
+}

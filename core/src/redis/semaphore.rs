@@ -206,6 +206,7 @@ impl Semaphore {
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Hold>> {
         loop {
+            self.check_session()?;
             let (clock, earliest_expiry) = match self.attempt(token, meta, WAITER_LEASE)? {
                 Attempt::Granted(hold) => return Ok(Some(hold)),
                 Attempt::Queued {
@@ -269,6 +270,7 @@ impl Semaphore {
             if interrupted() {
                 return Err(Error::Interrupted(self.shared.what.clone()));
             }
+            self.check_session()?;
             let left = until.saturating_duration_since(Instant::now());
             if left < Duration::from_millis(1) {
                 return Ok(None);
@@ -303,6 +305,15 @@ impl Semaphore {
         // It lasts only the handoff window until refreshed, which the
         // refresher does at once.
         self.hold(token, fence, clock.local(deadline_ms), true)
+    }
+
+    /// Ok unless the wait runs under a session that was destroyed or lost
+    /// meanwhile (a flag read: cheap enough for every listening slice).
+    fn check_session(&self) -> Result<()> {
+        match &self.shared.binding {
+            Some(binding) => binding.check_live(),
+            None => Ok(()),
+        }
     }
 
     fn cancel(&self, token: &str) -> Result<()> {
@@ -456,18 +467,37 @@ impl Semaphore {
             // A handed-over grant lasts only the handoff window; the
             // session's next renewal may come too late for it.
             let s = &self.shared;
-            let renewed: Vec<i64> = s.route.run("refresh", COMMAND_TIMEOUT, |conn| {
-                prepare(&SCRIPTS.refresh, &s.keys, s.limit)
-                    .arg(token)
-                    .arg(s.lease.ttl_ms())
-                    .invoke(conn)
-            })?;
+            let mut failures = 0;
+            let renewed: Vec<i64> = loop {
+                let outcome = s.route.run("refresh", COMMAND_TIMEOUT, |conn| {
+                    prepare(&SCRIPTS.refresh, &s.keys, s.limit)
+                        .arg(token)
+                        .arg(s.lease.ttl_ms())
+                        .invoke(conn)
+                });
+                match outcome {
+                    Err(e) => {
+                        failures += 1;
+                        if failures >= s.lease.max_refresh_fails {
+                            return Err(e);
+                        }
+                        std::thread::sleep(first_refresh_retry(&s.lease));
+                    }
+                    Ok(renewed) => break renewed,
+                }
+            };
             if renewed.first() != Some(&1) {
                 return Err(Error::LockUnhealthy {
                     what: s.what.clone(),
                     reason: "the handed-over grant ran out before it could be taken up".into(),
                 });
             }
+        }
+        if let Err(lost) = binding.confirm() {
+            // Given back as a clean release: no lock_delay for a grant its
+            // session never used.
+            self.release_as(token, true)?;
+            return Err(lost);
         }
         let member = Member {
             shared: self.shared.clone(),
@@ -498,15 +528,24 @@ impl Semaphore {
 async fn refresh_loop(shared: Arc<Shared>, token: String, health: Arc<Health>, mut due_now: bool) {
     let lease = &shared.lease;
     let mut failures = 0;
+    // A handed-over grant lasts only the handoff window until its first
+    // refresh: retries of that one come quickly enough to fit them all in.
+    let mut taken_up = !due_now;
     loop {
         if !due_now {
-            tokio::time::sleep(lease.refresh_every).await;
+            let pause = if taken_up {
+                lease.refresh_every
+            } else {
+                first_refresh_retry(lease)
+            };
+            tokio::time::sleep(pause).await;
         }
         due_now = false;
         let sent = Instant::now();
         let outcome = refresh_once(&shared, &token).await;
         match outcome {
             Ok(true) => {
+                taken_up = true;
                 failures = 0;
                 health.extend(sent + lease.ttl);
             }
@@ -533,6 +572,12 @@ async fn refresh_loop(shared: Arc<Shared>, token: String, health: Arc<Health>, m
             }
         }
     }
+}
+
+/// The pause between tries of a handed-over grant's first refresh: every
+/// one of `max_refresh_fails` tries fits in the handoff window.
+fn first_refresh_retry(lease: &Lease) -> Duration {
+    WAITER_LEASE / (lease.max_refresh_fails + 1)
 }
 
 /// One refresh of `token`'s lease by the shared TTL: Ok(false) when it was

@@ -377,6 +377,33 @@ impl Binding {
         self.state.health.clone()
     }
 
+    /// Ok while the session may still take grants: a wait re-checks this,
+    /// so one whose session was destroyed or lost meanwhile ends instead
+    /// of being granted a name nobody would renew.
+    pub(crate) fn check_live(&self) -> Result<()> {
+        self.state.check_health()
+    }
+
+    /// Confirms a new grant's session against Redis: its key must still be
+    /// there. The renewal notices a vanished key only every ttl/2; a grant
+    /// made in between (the key ran out, Redis restarted) would be renewed
+    /// by nobody and close the name for its ttl and lock_delay. A missing
+    /// key loses the session at once.
+    pub(crate) fn confirm(&self) -> Result<()> {
+        let state = &self.state;
+        let exists: bool = state
+            .route
+            .run("confirm session", COMMAND_TIMEOUT, |conn| {
+                redis::cmd("EXISTS").arg(&state.key).query(conn)
+            })?;
+        if !exists {
+            state
+                .health
+                .mark_lost("the session's key is gone (it ran out, or Redis restarted)");
+        }
+        state.check_health()
+    }
+
     /// Puts a new grant under the session's renewal. A grant that raced
     /// with [`Session::destroy`] (granted after destroy drained the
     /// session) is given back here instead of outliving the session.
@@ -390,7 +417,10 @@ impl Binding {
         if self.state.destroyed.load(Ordering::Acquire) {
             drop(membership);
             member.release()?;
-            return Err(self.state.destroyed_error());
+            return Err(Error::LockUnhealthy {
+                what: self.state.what(),
+                reason: "the session was destroyed while the grant was made".into(),
+            });
         }
         Ok(membership)
     }

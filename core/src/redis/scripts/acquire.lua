@@ -14,10 +14,7 @@ if fence then
   -- a dropped connection): claim it for a whole TTL, not the rest of its
   -- short handoff window.
   redis.call('DEL', wake_prefix .. token)
-  local deadline = now_ms + ttl_ms
-  redis.call('ZADD', holders, 'XX', int(deadline), token)
-  expire_with_last(holders, holders)
-  expire_with_last(grants, holders)
+  local deadline = take_up(token, ttl_ms)
   return {1, fence, int(deadline), int(now_ms)}
 end
 if binding_meta ~= '' then

@@ -6,7 +6,8 @@
 -- KEYS[5] fence:   string, the last fencing token issued for this name
 -- KEYS[6] watchers: hash watcher token -> lease deadline ms (wait() callers)
 -- KEYS[7] bound:   hash token -> "<lock_delay ms> <delete 0|1> <election 0|1> <value>"
---                  for grants and waiters under a session
+--                  for grants and waiters under a session, and
+--                  "handoff:" .. token -> 1 while a grant handed to it is not taken up
 -- KEYS[8] delay:   string, present while a lost session's lock_delay bars new grants
 -- KEYS[9] value:   string, the value a holder under a "release" session left behind
 -- KEYS[10] terms:  stream of election terms: fence + value at a grant, fence + '' at its end
@@ -53,6 +54,21 @@ local function keep_bound(b, lifetime_ms)
   expire_no_earlier(bound, ms)
 end
 
+-- `token` takes up its grant (a handed-over one included) for a whole
+-- ttl; under a session the binding lives as long.
+local function take_up(token, ttl_ms)
+  local deadline = now_ms + ttl_ms
+  redis.call('ZADD', holders, 'XX', int(deadline), token)
+  expire_with_last(holders, holders)
+  expire_with_last(grants, holders)
+  local b = binding(token)
+  if b then
+    redis.call('HDEL', bound, 'handoff:' .. token)
+    keep_bound(b, ttl_ms)
+  end
+  return deadline
+end
+
 -- Kept as long as the fence counter: a term's record outlives its holder.
 local function record_term(fence, value)
   redis.call('XADD', terms, 'MAXLEN', '~', 1000, '*', 'fence', fence, 'value', value)
@@ -67,7 +83,10 @@ local function end_grant(token, expired_at)
   local b = binding(token)
   if not b then return end
   redis.call('HDEL', bound, token)
-  if expired_at and b.delay_ms > 0 then
+  -- A grant handed to a waiter that never took it up (paused, crashed)
+  -- was never held: its end frees the name without a lock_delay.
+  local never_taken = redis.call('HDEL', bound, 'handoff:' .. token) == 1
+  if expired_at and b.delay_ms > 0 and not never_taken then
     local left = expired_at + b.delay_ms - now_ms
     if left > redis.call('PTTL', delay_key) then
       redis.call('SET', delay_key, token, 'PX', int(left))
@@ -159,6 +178,7 @@ local function promote(caller)
         admitted = {fence, deadline}
       elseif lease_deadline > now_ms then
         local fence, deadline = grant(head, math.min(ttl_ms, handoff_ms))
+        if binding(head) then redis.call('HSET', bound, 'handoff:' .. head, '1') end
         local wake = wake_prefix .. head
         redis.call('RPUSH', wake, int(fence) .. ' ' .. int(deadline))
         redis.call('PEXPIRE', wake, int(math.min(ttl_ms, handoff_ms)))

@@ -7,9 +7,5 @@ if not redis.call('ZSCORE', holders, token) then
   promote(nil)
   return {0, int(now_ms)}
 end
-redis.call('ZADD', holders, 'XX', int(now_ms + ttl_ms), token)
-expire_with_last(holders, holders)
-expire_with_last(grants, holders)
-local b = binding(token)
-if b then keep_bound(b, ttl_ms) end
+take_up(token, ttl_ms)
 return {1, int(now_ms)}
