@@ -176,6 +176,10 @@ impl Quorum {
             return Ok(Some(self.hold(request, round, candidate, sent)));
         }
         self.release_granted(&request, &round.close());
+        // Nodes that said no are up: a quorum of answers without a quorum
+        // of grants is a busy lock, to wait for; fewer answers than a
+        // quorum (failures, or silence until the deadline) means too few
+        // nodes are reachable to ever grant it.
         if tally.answered() < quorum {
             return Err(self.too_few_answered(mode, tally, &round));
         }
