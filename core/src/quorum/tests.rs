@@ -192,7 +192,7 @@ fn a_slow_minority_does_not_slow_the_lock_and_its_late_grants_join_the_hold() {
 #[test]
 fn fencing_tokens_increase_even_when_one_node_runs_ahead() {
     let nodes = nodes(5);
-    nodes[4].set_fence(RESOURCE, 1_000_000);
+    nodes[4].set_fence(1_000_000);
     // With two nodes down the write quorum must include the one ahead.
     nodes[0].set_down(true);
     nodes[1].set_down(true);
