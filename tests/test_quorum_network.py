@@ -1,6 +1,7 @@
 """The quorum RwLock's fan-out on a bad network: a node behind a slow link
-does not slow the lock, and timeouts and interrupted waits leave no
-connection or grant behind."""
+does not slow the lock, timeouts and interrupted waits leave no connection
+or grant behind, and nodes that deny a busy lock are never taken for nodes
+that are down."""
 
 import _thread
 import socket
@@ -117,3 +118,35 @@ def test_timeouts_and_interrupts_leave_no_connection_or_grant_behind(nodes):
             for server in nodes.servers[:4]
         )
     )
+
+
+def test_a_busy_lock_on_two_nodes_times_out_or_waits_instead_of_failing(tmp_path):
+    # Two nodes: a write needs both, so one "no" rules it out while only one
+    # node has answered. That is a busy lock, not a BackendError.
+    nodes = Nodes(tmp_path, count=2)
+    try:
+        holder = RwLock(nodes.urls, "busy", ttl=5.0)
+        waiter = RwLock(nodes.urls, "busy", ttl=5.0)
+        assert holder.acquire_write(1)
+        for timeout in (0, 0.1, 0, 0.1, 0):
+            assert waiter.acquire_write(timeout) is False
+            assert waiter.acquire_read(timeout) is False
+
+        outcome = []
+
+        def write_without_timeout() -> None:
+            try:
+                with waiter.write():
+                    outcome.append("written")
+            except Exception as error:  # noqa: BLE001 - the test reports it
+                outcome.append(error)
+
+        thread = threading.Thread(target=write_without_timeout)
+        thread.start()
+        time.sleep(0.5)
+        assert outcome == []
+        holder.release()
+        thread.join(5)
+        assert outcome == ["written"]
+    finally:
+        nodes.stop_all()

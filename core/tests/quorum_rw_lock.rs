@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lockyard::quorum::RwLock;
 use lockyard::Error;
-use support::{DelayProxy, RedisServer};
+use support::{eventually, DelayProxy, RedisServer};
 
 fn servers(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
@@ -201,11 +201,91 @@ fn a_held_lock_outlives_its_ttl_by_refreshing() {
     });
     assert!(!denied.join().unwrap());
     assert!(guard.release().unwrap());
+    // The release returned at quorum; the other nodes' releases may still
+    // be on their way.
     for server in &servers {
-        let keys = server.keys();
-        assert!(
-            keys.iter().all(|k| k.ends_with(":fence")),
-            "left behind: {keys:?}"
-        );
+        eventually(Duration::from_secs(2), "only fencing keys are left", || {
+            server.keys().iter().all(|k| k.ends_with(":fence"))
+        });
+    }
+}
+
+/// Two hours in fencing values (server time in µs).
+const TWO_HOURS_US: u64 = 2 * 3600 * 1_000_000;
+
+/// What an idle hour (more than ttl + 1 h) does to a node: every key with
+/// an expiry is gone.
+fn let_an_idle_hour_pass(server: &RedisServer) {
+    let mut conn = server.raw().unwrap();
+    for key in server.keys() {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        if ttl >= 0 {
+            let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+        }
+    }
+}
+
+#[test]
+fn fencing_never_goes_backwards_after_an_idle_hour_with_a_node_clock_two_hours_ahead() {
+    let servers = servers(3);
+    let urls = urls(&servers);
+    let lock = lock(&urls, "skewed");
+    // A first sealed grant leaves each node's fencing value behind.
+    let warm_up = lock.write(None).unwrap();
+    warm_up.fencing_token().unwrap();
+    drop(warm_up);
+    // Node 0 issued its values with a clock two hours ahead of the others.
+    let mut ahead = servers[0].raw().unwrap();
+    for key in servers[0].keys().iter().filter(|k| k.ends_with(":fence")) {
+        let value: u64 = redis::cmd("GET").arg(key).query(&mut ahead).unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value + TWO_HOURS_US)
+            .arg("KEEPTTL")
+            .query(&mut ahead)
+            .unwrap();
+    }
+    // With node 2 stopped the write quorum is nodes 0 and 1: the token
+    // comes from the clock ahead.
+    servers[2].signal("STOP");
+    let first = lock.write(None).unwrap();
+    let ahead_token = first.fencing_token().unwrap();
+    drop(first);
+    servers[2].signal("CONT");
+    // An idle hour later node 0 is down: the quorum is nodes 1 and 2,
+    // whose own clocks are two hours behind that token.
+    servers[0].signal("STOP");
+    for server in &servers[1..] {
+        let_an_idle_hour_pass(server);
+    }
+    let second = lock.write(Some(Duration::from_secs(10))).unwrap();
+    let token = second.fencing_token().unwrap();
+    assert!(
+        token > ahead_token,
+        "{token} after {ahead_token}: {} s backwards",
+        (ahead_token - token) / 1_000_000
+    );
+    drop(second);
+    servers[0].signal("CONT");
+}
+
+#[test]
+fn an_idle_hour_after_many_names_leaves_one_fencing_key_per_node() {
+    let servers = servers(3);
+    let urls = urls(&servers);
+    for name in ["alpha", "beta", "gamma", "delta"] {
+        let lock = lock(&urls, name);
+        let guard = lock.write(None).unwrap();
+        guard.fencing_token().unwrap();
+        drop(guard);
+        drop(lock.read(None).unwrap());
+    }
+    // Releases return at quorum; the last nodes' answers may still be on
+    // their way, and what they leave expires too.
+    for server in &servers {
+        eventually(Duration::from_secs(2), "one key is left", || {
+            let_an_idle_hour_pass(server);
+            server.keys() == ["lockyard:rw:fence"]
+        });
     }
 }

@@ -49,12 +49,16 @@ impl Tally {
         self.yes + self.no
     }
 
-    /// Whether a caller waiting for `quorum` yes answers can stop: quorum
-    /// reached, nothing pending, or denials alone ruled it out.
+    /// Whether a caller waiting for `quorum` yes answers can stop because
+    /// no pending answer can change the outcome: quorum reached, nothing
+    /// pending, or quorum ruled out by a quorum of nodes that answered (so
+    /// "denied", never "too few reachable"). With an even node count n/2
+    /// denials rule a write quorum out while only n/2 nodes have answered:
+    /// stopping there would read a busy lock as nodes that are down.
     fn decides(&self, quorum: usize) -> bool {
         self.yes >= quorum
             || self.pending == 0
-            || (self.failed == 0 && self.yes + self.pending < quorum)
+            || (self.yes + self.pending < quorum && self.answered() >= quorum)
     }
 }
 
@@ -157,9 +161,9 @@ impl Round {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Blocks until `quorum` nodes said yes, that became impossible, or
-    /// `deadline` passed. While failures are among the answers it waits for
-    /// all of them, so an error can say how many nodes answered.
+    /// Blocks until `quorum` nodes said yes, a quorum of answers ruled that
+    /// out, every answer is in, or `deadline` passed; the caller tells
+    /// "denied" (a quorum answered) from "too few reachable" by the tally.
     /// `interrupted` is polled at least every 50 ms, never while the
     /// round's mutex is held.
     pub(crate) fn wait(
@@ -284,4 +288,48 @@ pub(crate) async fn ask_all(
         }
     }
     outcomes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tally;
+    use crate::quorum::rw_lock::{read_quorum, write_quorum};
+
+    #[test]
+    fn a_round_ends_only_when_more_answers_cannot_change_its_outcome() {
+        for n in 1..=32 {
+            for quorum in [write_quorum(n), read_quorum(n)] {
+                let granted = Tally {
+                    yes: quorum,
+                    pending: n - quorum,
+                    ..Tally::default()
+                };
+                assert!(granted.decides(quorum), "n={n} q={quorum}");
+                // The fewest denials that rule a quorum out: with 2 nodes
+                // a single "no" for a write, fewer answers than a quorum.
+                let no = n - quorum + 1;
+                let ruled_out = Tally {
+                    no,
+                    pending: n - no,
+                    ..Tally::default()
+                };
+                assert_eq!(ruled_out.decides(quorum), no >= quorum, "n={n} q={quorum}");
+                let all_in = Tally {
+                    no,
+                    failed: n - no,
+                    ..Tally::default()
+                };
+                assert!(all_in.decides(quorum), "n={n} q={quorum}");
+            }
+        }
+        // Failures with answers pending: whether the nodes are reachable
+        // is still open, so the round waits.
+        let open = Tally {
+            no: 1,
+            failed: 1,
+            pending: 2,
+            ..Tally::default()
+        };
+        assert!(!open.decides(write_quorum(4)));
+    }
 }

@@ -164,7 +164,9 @@ impl RwLock {
     /// # Errors
     /// [`Error::Timeout`] when the wait runs out, [`Error::AlreadyLocked`]
     /// if this thread holds the lock already (read or write),
-    /// [`Error::Backend`] when fewer nodes than a quorum answer.
+    /// [`Error::Backend`] when fewer nodes than a quorum answer (nodes that
+    /// deny because someone else holds the lock count as answers: a busy
+    /// lock is waited for, whatever the node count).
     pub fn write(&self, timeout: Option<Duration>) -> Result<WriteGuard<'_>> {
         self.guarded(Mode::Write, timeout)?;
         Ok(WriteGuard(Guard::new(self)))

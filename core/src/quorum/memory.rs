@@ -15,7 +15,6 @@ struct Entry {
     writer: Option<(String, Instant)>,
     readers: HashMap<String, Instant>,
     waiting: Option<(String, Instant)>,
-    fence: u64,
 }
 
 impl Entry {
@@ -37,9 +36,16 @@ impl Entry {
 }
 
 #[derive(Default)]
+struct Store {
+    entries: HashMap<String, Entry>,
+    /// One fencing counter for every name, as on a Redis node.
+    fence: u64,
+}
+
+#[derive(Default)]
 pub(crate) struct MemoryNode {
     name: String,
-    entries: Mutex<HashMap<String, Entry>>,
+    store: Mutex<Store>,
     down: AtomicBool,
     delay_ms: AtomicU64,
 }
@@ -63,17 +69,16 @@ impl MemoryNode {
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
-    /// Starts `resource`'s fencing values at `value`, like a node whose
-    /// clock runs ahead of the others.
-    pub(crate) fn set_fence(&self, resource: &str, value: u64) {
-        let mut entries = self.entries.lock().unwrap();
-        entries.entry(resource.to_owned()).or_default().fence = value;
+    /// Starts the fencing values at `value`, like a node whose clock runs
+    /// ahead of the others.
+    pub(crate) fn set_fence(&self, value: u64) {
+        self.store.lock().unwrap().fence = value;
     }
 
     /// Live grants of any mode on `resource`.
     pub(crate) fn grants(&self, resource: &str) -> usize {
-        let mut entries = self.entries.lock().unwrap();
-        let entry = entries.entry(resource.to_owned()).or_default();
+        let mut store = self.store.lock().unwrap();
+        let entry = store.entries.entry(resource.to_owned()).or_default();
         entry.purge(Instant::now());
         entry.readers.len() + usize::from(entry.writer.is_some())
     }
@@ -81,7 +86,7 @@ impl MemoryNode {
     fn serve<T: Send + 'static>(
         self: Arc<Self>,
         request: Arc<Request>,
-        apply: impl FnOnce(&mut Entry, &Request, Instant) -> T + Send + 'static,
+        apply: impl FnOnce(&mut Entry, &mut u64, &Request, Instant) -> T + Send + 'static,
     ) -> Reply<T> {
         Box::pin(async move {
             let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
@@ -91,11 +96,12 @@ impl MemoryNode {
             if self.down.load(Ordering::SeqCst) {
                 return Err(Error::backend(&self.name, "request", "connection refused"));
             }
-            let mut entries = self.entries.lock().unwrap();
+            let mut store = self.store.lock().unwrap();
+            let Store { entries, fence } = &mut *store;
             let entry = entries.entry(request.resource.clone()).or_default();
             let now = Instant::now();
             entry.purge(now);
-            Ok(apply(entry, &request, now))
+            Ok(apply(entry, fence, &request, now))
         })
     }
 }
@@ -110,20 +116,20 @@ impl NetLocker for MemoryNode {
     }
 
     fn lock(self: Arc<Self>, request: Arc<Request>) -> Reply<Option<u64>> {
-        self.serve(request, |entry, r, now| {
+        self.serve(request, |entry, fence, r, now| {
             if entry.writer.is_some() || !entry.readers.is_empty() {
                 entry.waiting = Some((r.waiter.clone(), now + ms(r.waiting_ms)));
                 return None;
             }
             entry.writer = Some((r.uid.clone(), now + ms(r.ttl_ms)));
             entry.withdraw(&r.waiter);
-            entry.fence += 1;
-            Some(entry.fence)
+            *fence += 1;
+            Some(*fence)
         })
     }
 
     fn rlock(self: Arc<Self>, request: Arc<Request>) -> Reply<bool> {
-        self.serve(request, |entry, r, now| {
+        self.serve(request, |entry, _, r, now| {
             if entry.writer.is_some() || entry.waiting.is_some() {
                 return false;
             }
@@ -133,7 +139,7 @@ impl NetLocker for MemoryNode {
     }
 
     fn unlock(self: Arc<Self>, request: Arc<Request>) -> Reply<bool> {
-        self.serve(request, |entry, r, _| {
+        self.serve(request, |entry, _, r, _| {
             entry.withdraw(&r.waiter);
             let mine = entry.writer.as_ref().is_some_and(|(uid, _)| *uid == r.uid);
             if mine {
@@ -144,13 +150,13 @@ impl NetLocker for MemoryNode {
     }
 
     fn runlock(self: Arc<Self>, request: Arc<Request>) -> Reply<bool> {
-        self.serve(request, |entry, r, _| {
+        self.serve(request, |entry, _, r, _| {
             entry.readers.remove(&r.uid).is_some()
         })
     }
 
     fn refresh(self: Arc<Self>, request: Arc<Request>) -> Reply<bool> {
-        self.serve(request, |entry, r, now| {
+        self.serve(request, |entry, _, r, now| {
             let deadline = now + ms(r.ttl_ms);
             if let Some((uid, until)) = entry.writer.as_mut() {
                 if *uid == r.uid {
@@ -169,10 +175,10 @@ impl NetLocker for MemoryNode {
     }
 
     fn seal(self: Arc<Self>, request: Arc<Request>, token: u64) -> Reply<bool> {
-        self.serve(request, move |entry, r, _| {
+        self.serve(request, move |entry, fence, r, _| {
             let mine = entry.writer.as_ref().is_some_and(|(uid, _)| *uid == r.uid);
             if mine {
-                entry.fence = entry.fence.max(token);
+                *fence = (*fence).max(token);
             }
             mine
         })

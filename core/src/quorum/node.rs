@@ -99,12 +99,18 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     seal: script!("seal.lua"),
 });
 
+/// The node's one fencing counter, shared by every name and never
+/// expiring, so that no idle time makes a node forget a sealed token (see
+/// the fencing notes in `rw_lock.rs`); one key per node, however many names
+/// come and go. No braces: it cannot collide with a name's keys. Nodes are
+/// plain servers, so a script may touch it beside a name's hash tag.
+const FENCE: &str = "lockyard:rw:fence";
+
 /// Keys of one name on one node, all under the name's hash tag.
 struct Keys {
     writer: String,
     readers: String,
     waiting: String,
-    fence: String,
 }
 
 impl Keys {
@@ -114,7 +120,6 @@ impl Keys {
             writer: format!("{base}:writer"),
             readers: format!("{base}:readers"),
             waiting: format!("{base}:waiting"),
-            fence: format!("{base}:fence"),
         }
     }
 }
@@ -159,7 +164,7 @@ impl NetLocker for RedisNode {
         let reply: Reply<Vec<u64>> = self.run("lock", &SCRIPTS.lock, move |call| {
             let keys = Keys::new(&request.resource);
             call.key(keys.writer).key(keys.readers).key(keys.waiting);
-            call.key(keys.fence).arg(&request.uid).arg(&request.waiter);
+            call.key(FENCE).arg(&request.uid).arg(&request.waiter);
             call.arg(request.ttl_ms).arg(request.waiting_ms);
         });
         Box::pin(async move {
@@ -206,8 +211,7 @@ impl NetLocker for RedisNode {
 
     fn seal(self: Arc<Self>, request: Arc<Request>, token: u64) -> Reply<bool> {
         self.run("seal", &SCRIPTS.seal, move |call| {
-            let keys = Keys::new(&request.resource);
-            call.key(keys.writer).key(keys.fence);
+            call.key(Keys::new(&request.resource).writer).key(FENCE);
             call.arg(&request.uid).arg(token);
         })
     }

@@ -18,6 +18,15 @@
 //! granted the later writer after the seal, so X's value for it, and with
 //! it the later token, is larger. Tokens never read are never sealed, and
 //! need not be: nobody fenced anything with them.
+//!
+//! That needs X to remember the seal whenever the later writer comes, after
+//! any idle time: the server-time seed cannot stand in for a forgotten
+//! value, as node clocks may differ by any amount (a token from a node
+//! hours ahead stays above the other nodes' clocks for those hours). So a
+//! node's last value never expires; it is one counter per node for every
+//! name (`node.rs`), so nothing accumulates as names come and go. Only a
+//! node that loses its data (restarted without persistence) falls back to
+//! its own clock.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -176,6 +185,10 @@ impl Quorum {
             return Ok(Some(self.hold(request, round, candidate, sent)));
         }
         self.release_granted(&request, &round.close());
+        // Nodes that said no are up: a quorum of answers without a quorum
+        // of grants is a busy lock, to wait for; fewer answers than a
+        // quorum (failures, or silence until the deadline) means too few
+        // nodes are reachable to ever grant it.
         if tally.answered() < quorum {
             return Err(self.too_few_answered(mode, tally, &round));
         }

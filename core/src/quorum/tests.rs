@@ -192,7 +192,7 @@ fn a_slow_minority_does_not_slow_the_lock_and_its_late_grants_join_the_hold() {
 #[test]
 fn fencing_tokens_increase_even_when_one_node_runs_ahead() {
     let nodes = nodes(5);
-    nodes[4].set_fence(RESOURCE, 1_000_000);
+    nodes[4].set_fence(1_000_000);
     // With two nodes down the write quorum must include the one ahead.
     nodes[0].set_down(true);
     nodes[1].set_down(true);
@@ -293,4 +293,41 @@ fn an_interrupted_wait_leaves_nothing_held() {
     assert!(matches!(outcome, Err(Error::Interrupted(_))));
     assert!(started.elapsed() < Duration::from_millis(400));
     assert_eq!(grants(&nodes), [1; 5]);
+}
+
+#[test]
+fn a_contended_write_on_two_nodes_is_denied_not_failed() {
+    let nodes = nodes(2);
+    // The second denial comes later than the first: one denial alone
+    // already rules out a write quorum of 2.
+    nodes[1].set_delay(Duration::from_millis(50));
+    let lock = lock_on(&nodes, Duration::from_secs(30));
+    let _writing = lock.write(None).unwrap();
+    let l = lock.clone();
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    let got = on_other_thread(move || l.acquire_write_interruptibly(Some(wait), &|| false));
+    assert!(matches!(got, Ok(false)), "{got:?}");
+    assert!(started.elapsed() >= wait);
+}
+
+#[test]
+fn denials_from_too_few_reachable_nodes_are_a_backend_error() {
+    let nodes = nodes(4);
+    let lock = lock_on(&nodes, Duration::from_secs(30));
+    let _writing = lock.write(None).unwrap();
+    nodes[0].set_down(true);
+    nodes[1].set_down(true);
+    nodes[3].set_delay(Duration::from_millis(50));
+    let l = lock.clone();
+    let got = on_other_thread(move || {
+        l.acquire_write_interruptibly(Some(Duration::from_secs(1)), &|| false)
+    });
+    match got {
+        Err(Error::Backend { message, .. }) => assert!(
+            message.contains("only 2 of 4 nodes answered, 3 needed"),
+            "{message}"
+        ),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
 }

@@ -4,7 +4,8 @@
 -- KEYS[1] writer:  string, uid of the write holder, expires with its lease
 -- KEYS[2] readers: zset reader uid -> lease deadline (server ms)
 -- KEYS[3] waiting: string, a waiting writer, expires after ARGV[4] ms
--- KEYS[4] fence:   string, the last fencing value this node issued
+-- KEYS[4] fence:   string, the last fencing value this node issued or
+--                  sealed, for every name; never expires (quorum/rw_lock.rs)
 -- ARGV[1] uid of this attempt, ARGV[2] waiter (the holder, same across its
 -- attempts), ARGV[3] ttl ms, ARGV[4] waiting-mark ms
 -- Returns {1, fence} when granted, {0, 0} when denied.
@@ -21,8 +22,8 @@ if redis.call('EXISTS', writer) == 1 or redis.call('ZCARD', readers) > 0 then
 end
 redis.call('SET', writer, uid, 'PX', ttl_ms)
 if redis.call('GET', waiting) == waiter then redis.call('DEL', waiting) end
--- Seeded from server time, so values keep increasing even after the key
--- expired or Redis restarted without persistence.
+-- Seeded from server time, so values keep increasing even after Redis
+-- restarted without persistence.
 local fence = math.max(tonumber(redis.call('GET', fence_key) or '0') + 1, now_us)
-redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', ttl_ms + 3600000)
+redis.call('SET', fence_key, string.format('%.0f', fence))
 return {1, string.format('%.0f', fence)}

@@ -2,13 +2,14 @@
 -- the write lock here, so every later write grant on this node gets a
 -- larger value (see quorum/rw_lock.rs, "Fencing").
 -- KEYS[1] writer: string, uid of the write holder
--- KEYS[2] fence:  string, the last fencing value this node issued
+-- KEYS[2] fence:  string, the last fencing value this node issued or
+--                 sealed, for every name; never expires
 -- ARGV[1] uid, ARGV[2] token
 -- Returns 1 when recorded, 0 when ARGV[1] no longer holds the lock here.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
 local token = tonumber(ARGV[2])
 if token > last then
-  redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
+  redis.call('SET', KEYS[2], ARGV[2])
 end
 return 1
