@@ -84,3 +84,17 @@ def test_unreachable_server_is_a_backend_error_naming_host_and_port() -> None:
     assert time.monotonic() - started < 6.0
     with pytest.raises(lockyard.BackendError), wg.slot():
         pytest.fail("entered a slot of an unreachable server")
+
+
+def test_another_limit_than_the_groups_is_a_config_error_naming_both(
+    url: str, name: str
+) -> None:
+    two = WaitGroup(url, name, limit=2)
+    with (
+        two.slot(timeout=0),
+        pytest.raises(lockyard.ConfigError, match="limit 2.*limit 5"),
+    ):
+        WaitGroup(url, name, limit=5).add(timeout=0)
+    # Idle again: the next client's limit is the group's.
+    five = WaitGroup(url, name, limit=5)
+    five.done(five.add(timeout=0))

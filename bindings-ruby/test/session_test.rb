@@ -116,10 +116,11 @@ class SessionTest < Minitest::Test
   def fork_worker(name, ttl:, lock_delay:)
     to_child_reader, to_child = IO.pipe
     from_child, to_parent = IO.pipe
+    url = redis.url # started before the fork, so the child uses it too
     pid = fork do
       to_child.close
       from_child.close
-      session = Lockyard::Redis::Session.new(url: redis.url, ttl: ttl, lock_delay: lock_delay)
+      session = Lockyard::Redis::Session.new(url: url, ttl: ttl, lock_delay: lock_delay)
       lock = under(session, name, value: "worker")
       lock.lock(timeout: 0)
       to_parent.puts(lock.fencing_token)
@@ -183,12 +184,15 @@ class SessionTest < Minitest::Test
 
   def test_observe_reports_every_change_in_fencing_order
     name = unique("observed")
+    # Started here, not in the children: a child that asked first would
+    # start a server of its own.
+    url = redis.url
     campaigners = %w[a b].to_h do |value|
       to_child_reader, to_child = IO.pipe
       from_child, to_parent = IO.pipe
       pid = fork do
-        Lockyard::Redis::Session.open(url: redis.url, ttl: 2, lock_delay: 0) do |session|
-          election = Lockyard::Redis::Election.new(url: redis.url, name: name, session: session)
+        Lockyard::Redis::Session.open(url: url, ttl: 2, lock_delay: 0) do |session|
+          election = Lockyard::Redis::Election.new(url: url, name: name, session: session)
           while (command = to_child_reader.gets&.chomp) && command != "exit"
             command == "campaign" ? election.campaign(value) : election.resign
             to_parent.puts(election.term.to_s)

@@ -225,3 +225,46 @@ fn bad_input_is_rejected_before_touching_redis() {
     }
     assert!(server.keys().is_empty());
 }
+
+/// The limit is the group's, not each client's: it is recorded on the
+/// server with the first slot, and a client built with another limit is
+/// refused while any slot is held, naming both.
+#[test]
+fn a_client_with_another_limit_is_refused_while_slots_are_held() {
+    let server = RedisServer::start();
+    let two = group(&server, "recorded", 2);
+    let five = group(&server, "recorded", 5);
+    let first = two.acquire(Some(MS(0))).unwrap();
+    let refused = five.acquire(Some(MS(0))).err();
+    match &refused {
+        Some(Error::Config(message)) => {
+            assert!(message.contains('2') && message.contains('5'), "{message}");
+        }
+        other => panic!("expected a ConfigError, got {other:?}"),
+    }
+    let second = two.acquire(Some(MS(0))).unwrap();
+    assert!(matches!(five.acquire(Some(MS(0))), Err(Error::Config(_))));
+    assert_eq!(two.count().unwrap(), 2, "a third slot was granted");
+    drop((first, second));
+    // Once no slot is held, the next client's limit is the group's.
+    let _slot = five.acquire(Some(MS(0))).unwrap();
+    assert!(matches!(two.acquire(Some(MS(0))), Err(Error::Config(_))));
+}
+
+/// A Lock and a WaitGroup of one name would share the same keys (a held
+/// Lock would take one of the group's slots): the second one is refused.
+#[test]
+fn a_lock_and_a_wait_group_of_one_name_refuse_each_other() {
+    let server = RedisServer::start();
+    let lock = lockyard::redis::Lock::builder(server.url(), "both")
+        .build()
+        .unwrap();
+    let slots = group(&server, "both", 3);
+    let held = lock.try_acquire().unwrap().expect("free at first");
+    assert!(matches!(slots.acquire(Some(MS(0))), Err(Error::Config(_))));
+    drop(held);
+    let slot = slots.acquire(Some(MS(0))).unwrap();
+    assert!(matches!(lock.try_acquire(), Err(Error::Config(_))));
+    drop(slot);
+    assert!(lock.try_acquire().unwrap().is_some());
+}

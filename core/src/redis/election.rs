@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::keys::Keys;
-use super::semaphore::{Hold, Semaphore};
+use super::semaphore::{Hold, Semaphore, Shape};
 use super::server::{server, Route, COMMAND_TIMEOUT};
 use super::session::{Binding, Session, SessionState};
 use crate::error::{Error, Result};
@@ -71,7 +71,7 @@ impl Election {
         let semaphore = Semaphore::new(
             Route::new(server(url, Duration::from_secs(5))?),
             Keys::new(name)?,
-            1,
+            Shape::Lock,
             state.lease().clone(),
             format!("election {name:?}"),
             Some(Binding::new(state.clone(), true)),

@@ -20,6 +20,9 @@ pub(crate) struct Keys {
     pub(crate) value: String,
     /// Stream of election terms: a grant's (fence, value), its end (fence, "").
     pub(crate) terms: String,
+    /// What the name is while anyone holds or waits for it: a lock, or a
+    /// WaitGroup of some limit (see `recorded_shape` in the prelude).
+    pub(crate) shape: String,
     /// A waiter's wake-up list is this prefix followed by its token.
     pub(crate) wake_prefix: String,
 }
@@ -39,11 +42,12 @@ impl Keys {
             delay: format!("{base}:delay"),
             value: format!("{base}:value"),
             terms: format!("{base}:terms"),
+            shape: format!("{base}:shape"),
             wake_prefix: format!("{base}:wake:"),
         })
     }
 
-    pub(crate) fn all(&self) -> [&str; 10] {
+    pub(crate) fn all(&self) -> [&str; 11] {
         [
             &self.holders,
             &self.grants,
@@ -55,6 +59,7 @@ impl Keys {
             &self.delay,
             &self.value,
             &self.terms,
+            &self.shape,
         ]
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::keys::Keys;
-use super::semaphore::{Hold, Semaphore};
+use super::semaphore::{Hold, Semaphore, Shape};
 use super::server::{server, Route};
 use super::session::{Binding, Session, SessionState};
 use crate::error::{Error, Result};
@@ -158,7 +158,7 @@ impl LockBuilder {
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let what = format!("lock {:?}", self.name);
         Ok(Lock {
-            semaphore: Semaphore::new(route, keys, 1, lease, what, binding),
+            semaphore: Semaphore::new(route, keys, Shape::Lock, lease, what, binding),
             prefix,
             value: self.value.unwrap_or_default(),
             default_timeout: self.timeout,
@@ -358,7 +358,7 @@ pub fn holder(url: &str, name: &str) -> Result<Option<String>> {
     let semaphore = Semaphore::new(
         Route::new(server(url, Duration::from_secs(5))?),
         Keys::new(name)?,
-        1,
+        Shape::Lock,
         Lease::new(Duration::from_secs(30), None, 3)?,
         format!("lock {name:?}"),
         None,

@@ -33,10 +33,54 @@ pub(crate) struct Semaphore {
     shared: Arc<Shared>,
 }
 
+/// What a name is used as. Clients must agree while anyone holds or waits
+/// for it: the server records it with the first holder or waiter (`shape`
+/// in the prelude) and refuses the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// A lock, an election, an exclusive task: one holder at a time.
+    Lock,
+    /// A WaitGroup with this many slots.
+    WaitGroup(u32),
+}
+
+impl Shape {
+    fn limit(self) -> u32 {
+        match self {
+            Shape::Lock => 1,
+            Shape::WaitGroup(limit) => limit,
+        }
+    }
+
+    /// As the scripts record it: 1 for a lock, 2 for a WaitGroup.
+    fn kind(self) -> u8 {
+        match self {
+            Shape::Lock => 1,
+            Shape::WaitGroup(_) => 2,
+        }
+    }
+
+    fn recorded(kind: i64, limit: i64) -> Shape {
+        match kind {
+            1 => Shape::Lock,
+            _ => Shape::WaitGroup(u32::try_from(limit).unwrap_or(u32::MAX)),
+        }
+    }
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shape::Lock => write!(f, "a lock"),
+            Shape::WaitGroup(limit) => write!(f, "a WaitGroup with limit {limit}"),
+        }
+    }
+}
+
 struct Shared {
     route: Route,
     keys: Keys,
-    limit: u32,
+    shape: Shape,
     lease: Lease,
     /// "lock \"deploy\"", for messages.
     what: String,
@@ -135,7 +179,7 @@ impl Semaphore {
     pub(crate) fn new(
         route: Route,
         keys: Keys,
-        limit: u32,
+        shape: Shape,
         lease: Lease,
         what: String,
         binding: Option<Binding>,
@@ -144,7 +188,7 @@ impl Semaphore {
             shared: Arc::new(Shared {
                 route,
                 keys,
-                limit,
+                shape,
                 lease,
                 what,
                 binding,
@@ -232,17 +276,26 @@ impl Semaphore {
         let s = &self.shared;
         let sent = Instant::now();
         let reply: Vec<i64> = s.route.run("acquire", COMMAND_TIMEOUT, |conn| {
-            prepare(&SCRIPTS.acquire, &s.keys, s.limit)
+            prepare(&SCRIPTS.acquire, &s.keys, s.shape.limit())
                 .arg(token)
                 .arg(s.lease.ttl_ms())
                 .arg(waiter_lease.as_millis() as u64)
                 .arg(WAITER_LEASE.as_millis() as u64)
                 .arg(meta)
+                .arg(s.shape.kind())
                 .invoke(conn)
         })?;
         let [granted, fence, deadline_ms, now_ms] = reply[..] else {
             return Err(self.protocol_error("acquire"));
         };
+        if granted == -1 {
+            return Err(Error::config(format!(
+                "{} is used as {} by other clients; this one asks for {}",
+                s.what,
+                Shape::recorded(fence, deadline_ms),
+                s.shape
+            )));
+        }
         let clock = ClockPair {
             sent,
             server_ms: now_ms,
@@ -319,7 +372,7 @@ impl Semaphore {
     fn cancel(&self, token: &str) -> Result<()> {
         let s = &self.shared;
         s.route.run("cancel", COMMAND_TIMEOUT, |conn| {
-            prepare(&SCRIPTS.cancel, &s.keys, s.limit)
+            prepare(&SCRIPTS.cancel, &s.keys, s.shape.limit())
                 .arg(token)
                 .invoke::<i64>(conn)
         })?;
@@ -350,7 +403,7 @@ impl Semaphore {
             let released =
                 s.route
                     .run_or_signal("release", COMMAND_TIMEOUT, OnSignal::Report, |conn| {
-                        prepare(&SCRIPTS.release, &s.keys, s.limit)
+                        prepare(&SCRIPTS.release, &s.keys, s.shape.limit())
                             .arg(token)
                             .invoke::<i64>(conn)
                     })?;
@@ -391,7 +444,7 @@ impl Semaphore {
         let s = &self.shared;
         loop {
             let idle: i64 = s.route.run("wait", COMMAND_TIMEOUT, |conn| {
-                prepare(&SCRIPTS.watch, &s.keys, s.limit)
+                prepare(&SCRIPTS.watch, &s.keys, s.shape.limit())
                     .arg(watcher)
                     .arg(WAITER_LEASE.as_millis() as u64)
                     .invoke(conn)
@@ -416,7 +469,7 @@ impl Semaphore {
     pub(crate) fn inspect(&self, token: Option<&str>) -> Result<(u32, bool)> {
         let s = &self.shared;
         let reply: Vec<i64> = s.route.run("inspect", COMMAND_TIMEOUT, |conn| {
-            prepare(&SCRIPTS.inspect, &s.keys, s.limit)
+            prepare(&SCRIPTS.inspect, &s.keys, s.shape.limit())
                 .arg(token.unwrap_or(""))
                 .invoke(conn)
         })?;
@@ -431,7 +484,7 @@ impl Semaphore {
         let s = &self.shared;
         let (held, value, fence, last_term): (i64, String, u64, String) =
             s.route.run("holder", COMMAND_TIMEOUT, |conn| {
-                prepare(&SCRIPTS.holder, &s.keys, s.limit).invoke(conn)
+                prepare(&SCRIPTS.holder, &s.keys, s.shape.limit()).invoke(conn)
             })?;
         Ok(HolderState {
             held: held == 1,
@@ -470,7 +523,7 @@ impl Semaphore {
             let mut failures = 0;
             let renewed: Vec<i64> = loop {
                 let outcome = s.route.run("refresh", COMMAND_TIMEOUT, |conn| {
-                    prepare(&SCRIPTS.refresh, &s.keys, s.limit)
+                    prepare(&SCRIPTS.refresh, &s.keys, s.shape.limit())
                         .arg(token)
                         .arg(s.lease.ttl_ms())
                         .invoke(conn)
@@ -586,7 +639,7 @@ async fn refresh_once(shared: &Shared, token: &str) -> Result<bool> {
     let server = shared.route.server();
     let outcome = async {
         let mut conn = server.background().await?;
-        prepare(&SCRIPTS.refresh, &shared.keys, shared.limit)
+        prepare(&SCRIPTS.refresh, &shared.keys, shared.shape.limit())
             .arg(token)
             .arg(shared.lease.ttl_ms())
             .invoke_async::<Vec<i64>>(&mut conn)

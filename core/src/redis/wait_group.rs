@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use super::keys::Keys;
-use super::semaphore::{Hold, Semaphore};
+use super::semaphore::{Hold, Semaphore, Shape};
 use super::server::{server, Route};
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
@@ -90,7 +90,7 @@ impl WaitGroupBuilder {
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let what = format!("wait group {:?}", self.name);
         Ok(WaitGroup {
-            semaphore: Semaphore::new(route, keys, self.limit, lease, what, None),
+            semaphore: Semaphore::new(route, keys, Shape::WaitGroup(self.limit), lease, what, None),
             slots: Holds::new(),
         })
     }

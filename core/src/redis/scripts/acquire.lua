@@ -2,9 +2,12 @@
 -- otherwise queue it (unless ARGV[5] is 0: try once).
 -- ARGV[3] token, ARGV[4] ttl ms, ARGV[5] waiter lease ms (0 = do not queue),
 -- ARGV[6] handoff window ms, ARGV[7] the session binding of the grant (see
--- `bound` in the prelude; '' outside sessions).
--- Returns {1, fence, deadline ms, now ms} when granted, or
---         {0, 0, earliest holder deadline (or end of a lock_delay) ms, now ms} when not.
+-- `bound` in the prelude; '' outside sessions), ARGV[8] the caller's kind
+-- (1 lock, 2 WaitGroup).
+-- Returns {1, fence, deadline ms, now ms} when granted,
+--         {0, 0, earliest holder deadline (or end of a lock_delay) ms, now ms} when not, or
+--         {-1, recorded kind, recorded limit, now ms} when the name is held or
+--         awaited as another kind or with another limit.
 local token, ttl_ms = ARGV[3], tonumber(ARGV[4])
 local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 purge_expired()
@@ -17,6 +20,18 @@ if fence then
   local deadline = take_up(token, ttl_ms)
   return {1, fence, int(deadline), int(now_ms)}
 end
+-- The name is what its first holder or waiter said, until nobody holds or
+-- waits for it: a client with another limit would overfill it, and a lock
+-- and a WaitGroup of one name would share slots.
+local shape = ARGV[8] .. ' ' .. ARGV[2]
+forget_shape_if_idle()
+local recorded = redis.call('GET', shape_key)
+if recorded and recorded ~= shape then
+  local kind, limit = string.match(recorded, '^(%d+) (%d+)$')
+  return {-1, tonumber(kind), tonumber(limit), int(now_ms)}
+end
+redis.call('SET', shape_key, shape, 'KEEPTTL')
+expire_no_earlier(shape_key, math.max(ttl_ms, lease_ms, 1))
 if binding_meta ~= '' then
   redis.call('HSET', bound, token, binding_meta)
   expire_no_earlier(bound, math.max(lease_ms, 1))
@@ -41,6 +56,7 @@ if lease_ms == 0 then
   redis.call('ZREM', queue, token)
   redis.call('HDEL', leases, token)
   redis.call('HDEL', bound, token)
+  forget_shape_if_idle()
 else
   redis.call('PEXPIRE', queue, int(lease_ms))
   redis.call('PEXPIRE', leases, int(lease_ms))

@@ -11,12 +11,14 @@
 -- KEYS[8] delay:   string, present while a lost session's lock_delay bars new grants
 -- KEYS[9] value:   string, the value a holder under a "release" session left behind
 -- KEYS[10] terms:  stream of election terms: fence + value at a grant, fence + '' at its end
+-- KEYS[11] shape: string "<kind> <limit>" (kind 1 lock, 2 WaitGroup) while
+--                  anyone holds or waits: clients must agree on what the name is
 -- ARGV[1] wake-key prefix (wake key of a waiter = prefix .. token; same hash tag)
 -- ARGV[2] limit (slots)
 -- All deadlines come from this server's clock, never from a client's.
 redis.replicate_commands()
 local holders, grants, queue, leases, fence_key, watchers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local bound, delay_key, value_key, terms = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local bound, delay_key, value_key, terms, shape_key = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local wake_prefix, limit = ARGV[1], tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -61,6 +63,7 @@ local function take_up(token, ttl_ms)
   redis.call('ZADD', holders, 'XX', int(deadline), token)
   expire_with_last(holders, holders)
   expire_with_last(grants, holders)
+  expire_no_earlier(shape_key, ttl_ms)
   local b = binding(token)
   if b then
     redis.call('HDEL', bound, 'handoff:' .. token)
@@ -141,6 +144,13 @@ local function grant(token, lifetime_ms)
   return fence, deadline
 end
 
+-- A name nobody holds or waits for may be taken up as anything next.
+local function forget_shape_if_idle()
+  if redis.call('ZCARD', holders) == 0 and redis.call('ZCARD', queue) == 0 then
+    redis.call('DEL', shape_key)
+  end
+end
+
 -- Wake every live wait() caller once no slot is held.
 local function notify_idle()
   local all = redis.call('HGETALL', watchers)
@@ -190,5 +200,6 @@ local function promote(caller)
     end
   end
   if redis.call('ZCARD', holders) == 0 then notify_idle() end
+  forget_shape_if_idle()
   return admitted
 end
