@@ -124,7 +124,7 @@ impl Holder {
     /// Runs a store operation from the caller's thread (the runtime
     /// thread drives its I/O), with the request timeout. Transient failures
     /// are retried with backoff until `until` (None: for ever), never a
-    /// fixed number of times. Err only for permanent failures and interrupts.
+    /// fixed number of times. Err only when `interrupted` fires.
     fn call<T, F>(
         &self,
         operation: &str,
@@ -147,7 +147,6 @@ impl Holder {
                         retried,
                     });
                 }
-                Err(StoreError::Permanent(message)) => return Err(self.backend(operation, message)),
                 Err(StoreError::Transient(message)) => message,
                 Err(refusal) => {
                     return Ok(Answer {
@@ -282,6 +281,7 @@ impl Holder {
         let clock_was_known = self.clock.is_known();
         let metadata = self.metadata(identity);
         let written = metadata.expires_at;
+        // Interrupted in a pause after a failed try, it may have landed.
         attempt.create_in_doubt = true;
         let created = self.call(
             "create",
@@ -289,6 +289,9 @@ impl Holder {
             attempt.retry_until,
             attempt.interrupted,
         )?;
+        // A request that failed for good after none failed transiently
+        // created nothing.
+        attempt.create_in_doubt = created.retried || created.result.is_ok();
         let reply = match self.answered("create", created)? {
             Ok(reply) => reply,
             Err(StoreError::PreconditionFailed) => return Ok(None),
