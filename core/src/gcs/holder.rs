@@ -5,7 +5,6 @@
 //! held object in the background with preconditions; delete exactly our
 //! version on release.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,8 @@ use tokio::task::JoinHandle;
 
 use super::backoff::Backoff;
 use super::clock::ServerClock;
-use super::refresh::{refresh_loop, with_timeout, write_if_ours};
+use super::refresh::{refresh_loop, write_if_ours};
+use super::retry::{sleep_interruptibly, SHORTEST_RETRY};
 use super::store::{Metadata, Reply, Store, StoreError, Version};
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -25,18 +25,9 @@ use crate::runtime;
 /// refreshes). Called from the runtime thread too: it must not block.
 pub type LogSink = Arc<dyn Fn(log::Level, &str) + Send + Sync>;
 
-/// Transient failures are retried after waits doubling from this...
-pub(crate) const RETRY_FIRST_WAIT: Duration = Duration::from_millis(100);
-/// ...up to this: GCS allows about one write per second per object.
-const RETRY_MAX_WAIT: Duration = Duration::from_secs(1);
-/// A call with no time to wait (`try_acquire`, a release after the lease
-/// ran out) still rides out a blip this long.
-const SHORTEST_RETRY: Duration = Duration::from_secs(2);
 /// How long an acquire that gives up keeps trying to remove an object its
 /// create may have left; past it, the object blocks others until stale.
 const LEFTOVER_CLEANUP: Duration = Duration::from_secs(5);
-/// Longest sleep between two interrupt checks.
-const INTERRUPT_SLICE: Duration = Duration::from_millis(50);
 /// Immediate retries (object vanished, stale object removed) before a wait.
 const IMMEDIATE_RETRIES: u32 = 3;
 
@@ -90,14 +81,6 @@ enum Look {
     Held(Duration),
 }
 
-/// How a store operation ended after its retries.
-struct Answer<T> {
-    /// The server's answer; `Transient` when retrying ran out of time.
-    result: Result<Reply<T>, StoreError>,
-    /// An earlier attempt failed transiently: a write may have landed.
-    retried: bool,
-}
-
 /// One caller's acquisition: who, until when, and what it may have left.
 struct Attempt<'a> {
     identity: &'a str,
@@ -121,76 +104,7 @@ impl Holder {
         }
     }
 
-    /// Runs a store operation from the caller's thread (the runtime
-    /// thread drives its I/O), with the request timeout. Transient failures
-    /// are retried with backoff until `until` (None: for ever), never a
-    /// fixed number of times. Err only when `interrupted` fires.
-    fn call<T, F>(
-        &self,
-        operation: &str,
-        request: impl Fn() -> F,
-        until: Option<Instant>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<Answer<T>>
-    where
-        F: Future<Output = Result<Reply<T>, StoreError>>,
-    {
-        let mut wait = RETRY_FIRST_WAIT;
-        let mut retried = false;
-        loop {
-            let outcome = runtime::block_on(with_timeout(self.request_timeout, request()));
-            let message = match outcome {
-                Ok(reply) => {
-                    self.clock.observe(reply.server_time);
-                    return Ok(Answer {
-                        result: Ok(reply),
-                        retried,
-                    });
-                }
-                Err(StoreError::Transient(message)) => message,
-                Err(refusal) => {
-                    return Ok(Answer {
-                        result: Err(refusal),
-                        retried,
-                    })
-                }
-            };
-            let now = Instant::now();
-            if until.is_some_and(|until| now >= until) {
-                return Ok(Answer {
-                    result: Err(StoreError::Transient(message)),
-                    retried: true,
-                });
-            }
-            let pause = until.map_or(wait, |until| wait.min(until - now));
-            self.log(log::Level::Warn, || {
-                format!(
-                    "{operation} {} failed, retrying in {pause:?}: {message}",
-                    self.what
-                )
-            });
-            sleep_interruptibly(pause, interrupted, &self.what)?;
-            wait = (wait * 2).min(RETRY_MAX_WAIT);
-            retried = true;
-        }
-    }
-
-    /// The server's answer of `answer`, or the error that retrying ran out.
-    fn answered<T>(
-        &self,
-        operation: &str,
-        answer: Answer<T>,
-    ) -> Result<Result<Reply<T>, StoreError>> {
-        match answer.result {
-            Err(StoreError::Transient(message)) => Err(self.backend(
-                operation,
-                format!("{message} (still failing when its time to retry ran out)"),
-            )),
-            other => Ok(other),
-        }
-    }
-
-    fn backend(&self, operation: &str, message: String) -> Error {
+    pub(crate) fn backend(&self, operation: &str, message: String) -> Error {
         Error::backend(&self.store.describe(), operation, message)
     }
 
@@ -534,20 +448,5 @@ impl Holder {
         self.log(log::Level::Error, || {
             format!("Error refreshing lock: {message}")
         });
-    }
-}
-
-/// Sleeps `wait` in slices, returning early with Interrupted.
-fn sleep_interruptibly(wait: Duration, interrupted: &dyn Fn() -> bool, what: &str) -> Result<()> {
-    let until = Instant::now() + wait;
-    loop {
-        if interrupted() {
-            return Err(Error::Interrupted(what.to_owned()));
-        }
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(());
-        }
-        std::thread::sleep(left.min(INTERRUPT_SLICE));
     }
 }

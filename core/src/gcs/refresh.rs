@@ -4,7 +4,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::holder::{Holder, RETRY_FIRST_WAIT};
+use super::holder::Holder;
+use super::retry::RETRY_FIRST_WAIT;
 use super::store::{LockObject, Reply, StoreError, Version};
 use crate::health::Health;
 
