@@ -142,7 +142,9 @@ class Handler(BaseHTTPRequestHandler):
                 spec = json.loads(body)
                 if spec["op"] not in OPS:
                     return self.reply_json(400, {"error": f"unknown op {spec['op']}"})
-                faults.queued += [(spec["op"], spec["fault"])] * int(spec.get("times", 1))
+                faults.queued += [(spec["op"], spec["fault"])] * int(
+                    spec.get("times", 1)
+                )
             elif path != "/_proxy/stats":
                 return self.reply_json(404, {"error": path})
             stats = dict(faults.stats)

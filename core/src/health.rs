@@ -127,6 +127,20 @@ mod tests {
         assert!(health.problem().unwrap().contains("lease ran out"));
     }
 
+    #[cfg(feature = "gcs")]
+    #[test]
+    fn failing_refreshes_make_it_unhealthy_until_one_lands_but_lost_stays_lost() {
+        let health = Health::new(Instant::now() + Duration::from_secs(60));
+        health.set_failing(Some("3 refreshes in a row failed".into()));
+        assert!(!health.is_healthy());
+        assert_eq!(health.problem().unwrap(), "3 refreshes in a row failed");
+        health.set_failing(None);
+        assert!(health.is_healthy());
+        health.mark_lost("taken over");
+        health.set_failing(None);
+        assert_eq!(health.problem().unwrap(), "taken over");
+    }
+
     #[test]
     fn lost_stays_lost_with_the_first_reason() {
         let health = Health::new(Instant::now() + Duration::from_secs(60));
