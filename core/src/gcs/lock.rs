@@ -73,7 +73,9 @@ impl Lock {
     /// # Errors
     /// [`Error::Timeout`] when the wait runs out, [`Error::AlreadyLocked`]
     /// if this thread holds it already, [`Error::Backend`] if the bucket
-    /// cannot be used (missing, no permission, unreachable).
+    /// cannot be used (missing, no permission), or if it still fails
+    /// transiently (429, 5xx, unreachable) when the timeout (at least 2 s)
+    /// runs out; an object its own create may have left is removed first.
     pub fn acquire(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
         if self.acquire_interruptibly(timeout, &|| false)? {
             Ok(LockGuard::new(self))
@@ -85,7 +87,8 @@ impl Lock {
         }
     }
 
-    /// One attempt, never waits (beyond clearing a stale object).
+    /// One attempt, never waits (beyond clearing a stale object, or riding
+    /// out up to 2 s of transient failures).
     pub fn try_acquire(&self) -> Result<Option<LockGuard<'_>>> {
         let acquired = self.acquire_interruptibly(Some(Duration::ZERO), &|| false)?;
         Ok(acquired.then(|| LockGuard::new(self)))
@@ -133,10 +136,14 @@ impl Lock {
 
     /// Releases the calling thread's hold: deletes exactly the object
     /// version it holds. Ok(false) when the server no longer had it (it went
-    /// stale and was taken over, or was deleted).
+    /// stale and was taken over, or was deleted). Transient failures are
+    /// retried until the lease deadline; a retried delete that finds the
+    /// object gone counts as released (its first try landed, reply lost).
     ///
     /// # Errors
-    /// [`Error::NotLocked`] if the calling thread does not hold it.
+    /// [`Error::Backend`] if the delete still fails at the lease deadline
+    /// (the object then goes stale by itself); [`Error::NotLocked`] if the
+    /// calling thread does not hold it.
     pub fn release(&self) -> Result<bool> {
         let hold = self
             .holds()
