@@ -24,6 +24,8 @@ mod wait_group;
 // behind a mutex or a once-cell. A free-threaded Python keeps its GIL off.
 #[pymodule(gil_used = false)]
 fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    // A process forked after the import gets identities of its own.
+    lockyard::note_process_start();
     logging::install();
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Under backend-qualified names: `lockyard.redis.Lock` re-exports this

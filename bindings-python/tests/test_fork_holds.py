@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import lockyard
 import pytest
-from gcs_servers import start_fake_gcs
+from gcs_servers import start_faithful_gcs, start_fake_gcs
 from lockyard.gcs import Lock as GcsLock
 from lockyard.quorum import RwLock
 from lockyard.redis import Election, Lock, Session, WaitGroup
@@ -172,5 +172,49 @@ def test_a_forked_child_with_its_parents_identity_prefix_waits_like_anyone(
         out, err = parent.communicate(timeout=60)
         assert parent.returncode == 0, err
         assert json.loads(out) == {"child": 0, "healthy": True, "owned": True}, err
+    finally:
+        gcs.stop()
+
+
+# A pre-forking server: lockyard imported, no lock built yet, then every
+# process (master and worker alike) builds its own lock from the same
+# settings, prefix included.
+GCS_WORKERS_SHARE_A_PREFIX = """
+    import json, os, sys
+    from lockyard.gcs import Lock
+
+    name = sys.argv[1]
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        lock = Lock(bucket_name="locks", path=name, ttl=10.0, instance_identity_prefix="worker")
+        with lock:
+            os.write(ready_w, b"x")
+            os.read(done_r, 1)
+        os._exit(0)
+    os.read(ready_r, 1)
+    lock = Lock(bucket_name="locks", path=name, ttl=10.0, instance_identity_prefix="worker")
+    took = lock.acquire(timeout=0.5)
+    os.write(done_w, b"x")
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"child": os.waitstatus_to_exitcode(status), "took": took,
+                      "prefix": lock.identity.split("/")[0]}), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_workers_forked_before_building_their_gcs_locks_never_share_an_identity(
+    name: str, spawn: Spawn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gcs = start_faithful_gcs()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.host)
+        parent = spawn(GCS_WORKERS_SHARE_A_PREFIX, name)
+        out, err = parent.communicate(timeout=60)
+        assert parent.returncode == 0, err
+        # The process started afresh keeps the gem's identity; the worker
+        # forked from it has its own, so its hold is not "recovered".
+        assert json.loads(out) == {"child": 0, "took": False, "prefix": "worker"}, err
     finally:
         gcs.stop()

@@ -1,16 +1,19 @@
 """lockyard.gcs.Lock against the faithful test server: the precondition
-races fake-gcs-server cannot show, and injected faults."""
+races fake-gcs-server cannot show, and injected faults (by the server, or
+by the fault-injecting proxy in front of it)."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import lockyard
 import pytest
-from gcs_servers import GcsServer, start_faithful_gcs
+from gcs_servers import FaultProxy, GcsServer, start_faithful_gcs, start_fault_proxy
 from lockyard.gcs import Lock
 
 FAST: dict[str, Any] = {"backoff_min": 0.02, "backoff_max": 0.1}
@@ -107,3 +110,100 @@ def test_ctrl_c_interrupts_a_wait_promptly(
     assert time.monotonic() - interrupted_at < 1.0
     assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
     holder.release()
+
+
+@pytest.fixture
+def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+    server = start_fault_proxy()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.host)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# Issue 21: "could not ask" is never taken for "lost", and is retried until
+# the caller's timeout (acquire) or the lease deadline (refresh, release).
+
+
+def test_a_503_on_the_read_after_a_lost_refresh_reply_is_not_a_loss(
+    proxy: FaultProxy,
+) -> None:
+    lock = Lock(bucket_name="locks", path="a", ttl=3.0, refresh_interval=0.1)
+    assert lock.acquire()
+    proxy.inject("update", "lose_reply")  # lands; the next refresh gets 412
+    proxy.inject("get", "503")  # and the read that would tell fails once
+    time.sleep(0.8)
+    assert lock.healthy, lock.last_refresh_error
+    assert lock.unlock() is True
+
+
+def test_acquire_rides_out_a_503_burst_within_its_timeout(proxy: FaultProxy) -> None:
+    proxy.inject("create", "lose_reply")
+    proxy.inject("create", "503", 7)
+    lock = Lock(bucket_name="locks", path="a", ttl=300.0, **FAST)
+    started = time.monotonic()
+    assert lock.acquire(timeout=60)
+    assert time.monotonic() - started > 1.5, "longer than the old five tries"
+    assert lock.unlock() is True
+
+
+def test_an_acquire_that_gives_up_removes_what_its_lost_create_left(
+    proxy: FaultProxy,
+) -> None:
+    proxy.inject("create", "lose_reply")
+    proxy.inject("create", "503", 1000)
+    lock = Lock(bucket_name="locks", path="a", ttl=300.0)
+    started = time.monotonic()
+    with pytest.raises(lockyard.BackendError, match="503"):
+        lock.acquire(timeout=3)
+    assert time.monotonic() - started >= 3
+    assert not Lock(bucket_name="locks", path="a").locked(), "no object for 300 s"
+
+
+def test_unlock_after_a_delete_whose_reply_was_lost_returns_true(
+    proxy: FaultProxy,
+) -> None:
+    lock = Lock(bucket_name="locks", path="a", ttl=5.0)
+    assert lock.acquire()
+    proxy.inject("delete", "lose_reply")
+    assert lock.unlock() is True
+    assert not lock.locked()
+
+
+def service_account_key(token_uri: str) -> dict[str, str]:
+    """A throwaway key whose token endpoint is `token_uri`."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the throwaway service-account key")
+    pem = subprocess.run(
+        ["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return {
+        "type": "service_account",
+        "client_email": "lock-tests@example.iam.gserviceaccount.com",
+        "private_key": pem,
+        "token_uri": token_uri,
+    }
+
+
+def test_a_failing_token_endpoint_is_retried_like_any_transient_error(
+    proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    options = {
+        "credentials": service_account_key(f"http://{proxy.host}/token"),
+        "endpoint": f"http://{proxy.host}",
+    }
+    lock = Lock(
+        bucket_name="locks", path="a", ttl=10.0, cloud_storage_options=options, **FAST
+    )
+    proxy.inject("token", "503", 12)  # more than gcp_auth's own five tries
+    assert lock.acquire(timeout=30)
+    proxy.inject("token", "503", 12)
+    assert lock.unlock() is True, "released, not left for its ttl"
+    stats = proxy.call("GET", "/_proxy/stats")
+    assert isinstance(stats, dict) and stats["token"] >= 24
+    assert not lock.locked()

@@ -18,6 +18,8 @@ mod wait_group;
 
 #[magnus::init(name = "lockyard_ruby")]
 fn init(ruby: &Ruby) -> Result<(), Error> {
+    // A process forked after `require` gets identities of its own.
+    lockyard::note_process_start();
     let lockyard = ruby.define_module("Lockyard")?;
     lockyard.const_set("VERSION", env!("CARGO_PKG_VERSION"))?;
     let redis = lockyard.define_module("Redis")?;

@@ -21,6 +21,10 @@ pub(crate) struct Health {
     /// process sees this pass the moment it resumes, before any refresh.
     valid_until: AtomicU64,
     reason: Mutex<Option<String>>,
+    /// Why refreshes keep failing, while they do: unhealthy, yet not lost,
+    /// since a refresh that lands later proves the hold was kept (GCS).
+    failing: AtomicBool,
+    failing_reason: Mutex<Option<String>>,
 }
 
 impl Health {
@@ -29,12 +33,33 @@ impl Health {
             lost: AtomicBool::new(false),
             valid_until: AtomicU64::new(to_nanos(valid_until)),
             reason: Mutex::new(None),
+            failing: AtomicBool::new(false),
+            failing_reason: Mutex::new(None),
         }
     }
 
     pub(crate) fn is_healthy(&self) -> bool {
         !self.lost.load(Ordering::Acquire)
             && to_nanos(Instant::now()) < self.valid_until.load(Ordering::Acquire)
+            && !self.failing.load(Ordering::Acquire)
+    }
+
+    /// Marks the hold unhealthy while refreshes keep failing (`Some(why)`),
+    /// or healthy again once one lands (`None`).
+    #[cfg(feature = "gcs")]
+    pub(crate) fn set_failing(&self, why: Option<String>) {
+        let mut reason = self
+            .failing_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.failing.store(why.is_some(), Ordering::Release);
+        *reason = why;
+    }
+
+    /// When the lease surely lasts until, as last extended.
+    #[cfg(feature = "gcs")]
+    pub(crate) fn valid_until(&self) -> Instant {
+        *EPOCH + Duration::from_nanos(self.valid_until.load(Ordering::Acquire))
     }
 
     /// Why the hold is unhealthy, if it is.
@@ -42,6 +67,16 @@ impl Health {
         if self.lost.load(Ordering::Acquire) {
             let reason = self.reason.lock().unwrap_or_else(|e| e.into_inner());
             return Some(reason.clone().unwrap_or_else(|| "lost".into()));
+        }
+        if self.failing.load(Ordering::Acquire) {
+            let why = self
+                .failing_reason
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            return Some(
+                why.clone()
+                    .unwrap_or_else(|| "its refreshes keep failing".into()),
+            );
         }
         let left =
             self.valid_until.load(Ordering::Acquire) as i128 - to_nanos(Instant::now()) as i128;
@@ -90,6 +125,20 @@ mod tests {
         std::thread::sleep(Duration::from_millis(40));
         assert!(!health.is_healthy());
         assert!(health.problem().unwrap().contains("lease ran out"));
+    }
+
+    #[cfg(feature = "gcs")]
+    #[test]
+    fn failing_refreshes_make_it_unhealthy_until_one_lands_but_lost_stays_lost() {
+        let health = Health::new(Instant::now() + Duration::from_secs(60));
+        health.set_failing(Some("3 refreshes in a row failed".into()));
+        assert!(!health.is_healthy());
+        assert_eq!(health.problem().unwrap(), "3 refreshes in a row failed");
+        health.set_failing(None);
+        assert!(health.is_healthy());
+        health.mark_lost("taken over");
+        health.set_failing(None);
+        assert_eq!(health.problem().unwrap(), "taken over");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use std::cell::Cell;
 #[cfg(any(feature = "redis", feature = "gcs"))]
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 #[cfg(any(feature = "redis", feature = "gcs"))]
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
@@ -14,6 +15,23 @@ thread_local! {
     #[cfg(any(feature = "redis", feature = "gcs"))]
     static THREAD: Cell<u64> = const { Cell::new(0) };
     static HOLDER: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// The process this copy of lockyard started in: a forked child inherits
+/// its parent's, a program started afresh (a restart, `exec`) has its own.
+static STARTED_IN: OnceLock<u32> = OnceLock::new();
+
+/// Notes the process lockyard runs in, if not noted yet. Bindings call it
+/// when they are loaded, and every lock built calls it, so a child forked
+/// after either is told apart from a process started afresh.
+pub fn note_process_start() {
+    STARTED_IN.get_or_init(std::process::id);
+}
+
+/// Whether this process was forked from one in which lockyard had run.
+#[cfg(feature = "gcs")]
+pub(crate) fn forked_since_start() -> bool {
+    *STARTED_IN.get_or_init(std::process::id) != std::process::id()
 }
 
 /// Runs `f` with `key` naming the calling holder instead of the OS thread.

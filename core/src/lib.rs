@@ -66,4 +66,4 @@ pub mod redis;
 mod runtime;
 
 pub use error::{Error, Result};
-pub use identity::as_holder;
+pub use identity::{as_holder, note_process_start};

@@ -107,6 +107,64 @@ fn the_same_identity_recovers_its_abandoned_lock_at_once() {
     assert!(restarted.owned().unwrap());
 }
 
+/// Issue 21, case 6: a child forked from a process where lockyard ran never
+/// has its parent's identity, whether it inherited the parent's lock or
+/// built its own from the same settings (as pre-forking servers do), with a
+/// prefix or without; a lock built afresh in the parent, as a restarted
+/// program would, keeps the gem's identity and its instant recovery.
+#[test]
+fn forked_children_never_share_their_parents_identity() {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    let store = FaithfulStore::new();
+    let make = || {
+        builder(&store)
+            .instance_identity_prefix("worker")
+            .build()
+            .unwrap()
+    };
+    let inherited = make();
+    let unprefixed = builder(&store).build().unwrap();
+    let parent = inherited.identity();
+    assert!(parent.starts_with("worker/"), "{parent}");
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let seen = format!(
+            "{}\n{}\n{}\n",
+            inherited.identity(),
+            make().identity(),
+            unprefixed.identity()
+        );
+        unsafe {
+            libc::write(fds[1], seen.as_ptr().cast(), seen.len());
+            libc::_exit(0);
+        }
+    }
+    unsafe { libc::close(fds[1]) };
+    let mut seen = String::new();
+    std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) })
+        .read_to_string(&mut seen)
+        .unwrap();
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    let child: Vec<&str> = seen.lines().collect();
+    let own = format!("worker-{pid}/");
+    assert!(child[0].starts_with(&own), "inherited lock: {child:?}");
+    assert!(
+        child[1].starts_with(&own),
+        "lock built in the child: {child:?}"
+    );
+    assert_ne!(child[2], unprefixed.identity());
+    assert!(child[2].contains(&format!("-{pid}/")), "{child:?}");
+    assert_eq!(
+        make().identity(),
+        parent,
+        "a program started afresh keeps it"
+    );
+}
+
 #[test]
 fn a_stale_lock_is_taken_over_after_its_ttl_and_not_before() {
     let store = FaithfulStore::new();
@@ -220,19 +278,33 @@ fn transient_failures_are_retried_and_never_taken_for_free_or_lost() {
     assert!(lock.release().unwrap());
 }
 
+/// Polls `check` every 5 ms for up to `limit`.
+fn eventually(limit: Duration, check: impl Fn() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if check() {
+            return true;
+        }
+        thread::sleep(MS(5));
+    }
+    check()
+}
+
 #[test]
-fn max_refresh_fails_transient_failures_in_a_row_make_it_unhealthy() {
+fn max_refresh_fails_transient_failures_in_a_row_make_it_unhealthy_until_one_lands() {
     let store = FaithfulStore::new();
     let lock = builder(&store).refresh_interval(MS(50)).build().unwrap();
     assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
     store.inject(Op::Update, Fault::Unavailable, 3);
-    thread::sleep(MS(400));
-    assert!(!lock.healthy());
+    assert!(eventually(MS(600), || !lock.healthy()));
     assert!(lock
         .check_health()
         .unwrap_err()
         .to_string()
         .contains("3 refreshes in a row failed"));
+    // The next refresh lands on our own version: nobody can have had it.
+    assert!(eventually(MS(600), || lock.healthy()));
+    assert!(lock.release().unwrap());
 }
 
 #[test]

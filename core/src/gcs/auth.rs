@@ -9,13 +9,19 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use gcp_auth::{CustomServiceAccount, TokenProvider};
 
+use super::client::with_causes;
 use super::store::StoreError;
 
 const SCOPE: &str = "https://www.googleapis.com/auth/devstorage.read_write";
 const GOOGLE: &str = "https://storage.googleapis.com";
+/// How long a token endpoint that answers with an error status is taken for
+/// briefly failing (a 5xx, a 429) before it is taken for refusing our
+/// credentials: gcp_auth does not say which status it got.
+const TOKEN_REFUSALS_TOLERATED: Duration = Duration::from_secs(60);
 
 /// Which credentials authorize requests to the real service.
 #[derive(Clone, Debug)]
@@ -72,6 +78,9 @@ fn with_scheme(host: &str) -> String {
 pub(crate) struct Auth {
     credentials: Credentials,
     provider: Mutex<Option<(u32, Arc<dyn TokenProvider>)>>,
+    /// Since when the token endpoint has answered every request with an
+    /// error status (None: its last answer was a token).
+    refused_since: Mutex<Option<Instant>>,
 }
 
 impl Auth {
@@ -79,6 +88,7 @@ impl Auth {
         Auth {
             credentials,
             provider: Mutex::new(None),
+            refused_since: Mutex::new(None),
         }
     }
 
@@ -87,8 +97,37 @@ impl Auth {
         let token = provider
             .token(&[SCOPE])
             .await
-            .map_err(|e| StoreError::Permanent(format!("getting an access token failed: {e}")))?;
+            .map_err(|e| self.token_error(e))?;
+        *self.refused_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
         Ok(format!("Bearer {}", token.as_str()))
+    }
+
+    /// A token endpoint or metadata server that is briefly down must not
+    /// end an acquire or leave a lock object behind on release: those
+    /// failures are transient, like a 503 from Cloud Storage itself.
+    fn token_error(&self, error: gcp_auth::Error) -> StoreError {
+        let message = format!("getting an access token failed: {}", with_causes(&error));
+        match error {
+            // Could not connect, or the answer broke off: ask again.
+            gcp_auth::Error::Other("HTTP request failed", _) | gcp_auth::Error::Http(..) => {
+                StoreError::Transient(message)
+            }
+            // An error status: a 5xx or 429 passes, refused credentials do not.
+            gcp_auth::Error::Str("token request failed") => {
+                let mut since = self.refused_since.lock().unwrap_or_else(|e| e.into_inner());
+                let refusing_for = since.get_or_insert_with(Instant::now).elapsed();
+                if refusing_for < TOKEN_REFUSALS_TOLERATED {
+                    StoreError::Transient(format!(
+                        "{message} (the token endpoint answered with an error status)"
+                    ))
+                } else {
+                    StoreError::Permanent(format!(
+                        "{message}: the token endpoint has refused every request for {refusing_for:.0?}; are the credentials still valid?"
+                    ))
+                }
+            }
+            _ => StoreError::Permanent(message),
+        }
     }
 
     async fn provider(&self) -> Result<Arc<dyn TokenProvider>, StoreError> {

@@ -294,7 +294,7 @@ fn parse_object(body: &str, expected: Option<Version>) -> Result<LockObject, Sto
 
 /// An error and its sources, which say what actually went wrong
 /// ("connection refused", "invalid peer certificate").
-fn with_causes(error: &dyn std::error::Error) -> String {
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -12,8 +12,9 @@ use tokio::task::JoinHandle;
 
 use super::backoff::Backoff;
 use super::clock::ServerClock;
-use super::refresh::{refresh_loop, with_timeout};
-use super::store::{Metadata, Reply, Store, StoreError, StoreFuture, Version};
+use super::refresh::{refresh_loop, write_if_ours};
+use super::retry::{sleep_interruptibly, SHORTEST_RETRY};
+use super::store::{Metadata, Reply, Store, StoreError, Version};
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::lease::Lease;
@@ -24,12 +25,9 @@ use crate::runtime;
 /// refreshes). Called from the runtime thread too: it must not block.
 pub type LogSink = Arc<dyn Fn(log::Level, &str) + Send + Sync>;
 
-/// Transient failures of one caller-side step are retried this often...
-const RETRY_ATTEMPTS: u32 = 5;
-/// ...after waits doubling from this.
-const RETRY_FIRST_WAIT: Duration = Duration::from_millis(100);
-/// Longest sleep between two interrupt checks.
-const INTERRUPT_SLICE: Duration = Duration::from_millis(50);
+/// How long an acquire that gives up keeps trying to remove an object its
+/// create may have left; past it, the object blocks others until stale.
+const LEFTOVER_CLEANUP: Duration = Duration::from_secs(5);
 /// Immediate retries (object vanished, stale object removed) before a wait.
 const IMMEDIATE_RETRIES: u32 = 3;
 
@@ -83,6 +81,17 @@ enum Look {
     Held(Duration),
 }
 
+/// One caller's acquisition: who, until when, and what it may have left.
+struct Attempt<'a> {
+    identity: &'a str,
+    /// When transient failures stop being retried (None: never).
+    retry_until: Option<Instant>,
+    interrupted: &'a dyn Fn() -> bool,
+    /// A create was sent and no read since has shown what became of it:
+    /// an object of ours may be on the server with nobody refreshing it.
+    create_in_doubt: bool,
+}
+
 impl Holder {
     pub(crate) fn log(&self, level: log::Level, message: impl FnOnce() -> String) {
         (self.log)(level, &message());
@@ -95,75 +104,52 @@ impl Holder {
         }
     }
 
-    /// Runs a store operation from the caller's thread (the runtime
-    /// thread drives its I/O), with the request timeout; transient failures
-    /// are retried with backoff. Ok(Err(..)) is the server saying no (412, 404).
-    fn call<'a, T>(
-        &'a self,
-        operation: &str,
-        request: impl Fn(&'a dyn Store) -> StoreFuture<'a, T>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<Result<Reply<T>, StoreError>> {
-        let mut wait = RETRY_FIRST_WAIT;
-        let mut attempt = 1;
-        loop {
-            let outcome =
-                runtime::block_on(with_timeout(self.request_timeout, request(&*self.store)));
-            match outcome {
-                Ok(reply) => {
-                    self.clock.observe(reply.server_time);
-                    return Ok(Ok(reply));
-                }
-                Err(e @ (StoreError::PreconditionFailed | StoreError::NotFound)) => {
-                    return Ok(Err(e))
-                }
-                Err(StoreError::Permanent(message)) => return Err(self.backend(operation, message)),
-                Err(StoreError::Transient(message)) if attempt >= RETRY_ATTEMPTS => {
-                    return Err(self.backend(
-                        operation,
-                        format!("{message} (tried {RETRY_ATTEMPTS} times)"),
-                    ));
-                }
-                Err(StoreError::Transient(message)) => {
-                    self.log(log::Level::Warn, || {
-                        format!(
-                            "{operation} {} failed, retrying in {wait:?}: {message}",
-                            self.what
-                        )
-                    });
-                    sleep_interruptibly(wait, interrupted, &self.what)?;
-                    wait *= 2;
-                    attempt += 1;
-                }
-            }
-        }
-    }
-
-    fn backend(&self, operation: &str, message: String) -> Error {
+    pub(crate) fn backend(&self, operation: &str, message: String) -> Error {
         Error::backend(&self.store.describe(), operation, message)
     }
 
     /// Waits up to `timeout` (None: forever; zero: one attempt, which may
     /// still clear a stale object) for the lock as `identity`. A waiter
     /// only reads: GCS allows about one write per second per object, and
-    /// create attempts would spend it.
+    /// create attempts would spend it. Transient failures are retried until
+    /// the timeout (at least [`SHORTEST_RETRY`]); an acquire that fails
+    /// anyway first removes any object its own create may have left.
     pub(crate) fn acquire(
         self: &Arc<Self>,
         identity: &str,
         timeout: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Hold>> {
-        let give_up_at = timeout.map(|t| Instant::now() + t);
+        let started = Instant::now();
+        let give_up_at = timeout.map(|t| started + t);
+        let mut attempt = Attempt {
+            identity,
+            retry_until: give_up_at.map(|at| at.max(started + SHORTEST_RETRY)),
+            interrupted,
+            create_in_doubt: false,
+        };
+        let outcome = self.wait_for_lock(&mut attempt, give_up_at);
+        match outcome {
+            Err(error) if attempt.create_in_doubt => Err(self.remove_leftover(identity, error)),
+            other => other,
+        }
+    }
+
+    fn wait_for_lock(
+        self: &Arc<Self>,
+        attempt: &mut Attempt<'_>,
+        give_up_at: Option<Instant>,
+    ) -> Result<Option<Hold>> {
         let mut steps = self.backoff.steps();
         let mut immediate = 0;
         let mut may_create = true;
         loop {
-            if interrupted() {
+            if (attempt.interrupted)() {
                 return Err(Error::Interrupted(self.what.clone()));
             }
             if may_create {
                 self.log(log::Level::Debug, || "Acquiring lock".into());
-                if let Some(hold) = self.try_create(identity, interrupted)? {
+                if let Some(hold) = self.try_create(attempt)? {
                     self.log(log::Level::Debug, || "Successfully acquired lock".into());
                     return Ok(Some(hold));
                 }
@@ -171,7 +157,9 @@ impl Holder {
                     "Error acquiring lock. Investigating why...".into()
                 });
             }
-            let look = self.look(identity, may_create, interrupted)?;
+            let look = self.look(attempt, may_create)?;
+            // The read saw the object: whatever a create of ours did is known.
+            attempt.create_in_doubt = false;
             may_create = matches!(look, Look::Free);
             if may_create && immediate < IMMEDIATE_RETRIES {
                 immediate += 1;
@@ -195,27 +183,30 @@ impl Holder {
                     wait.as_secs_f64()
                 )
             });
-            sleep_interruptibly(wait, interrupted, &self.what)?;
+            sleep_interruptibly(wait, attempt.interrupted, &self.what)?;
             immediate = 0;
         }
     }
 
     /// One create; None if the object exists.
-    fn try_create(
-        self: &Arc<Self>,
-        identity: &str,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<Option<Hold>> {
+    fn try_create(self: &Arc<Self>, attempt: &mut Attempt<'_>) -> Result<Option<Hold>> {
+        let identity = attempt.identity;
         let sent = Instant::now();
         let clock_was_known = self.clock.is_known();
         let metadata = self.metadata(identity);
         let written = metadata.expires_at;
+        // Interrupted in a pause after a failed try, it may have landed.
+        attempt.create_in_doubt = true;
         let created = self.call(
             "create",
-            |store| store.create(metadata.clone()),
-            interrupted,
+            || self.store.create(metadata.clone()),
+            attempt.retry_until,
+            attempt.interrupted,
         )?;
-        let reply = match created {
+        // A request that failed for good after none failed transiently
+        // created nothing.
+        attempt.create_in_doubt = created.retried || created.result.is_ok();
+        let reply = match self.answered("create", created)? {
             Ok(reply) => reply,
             Err(StoreError::PreconditionFailed) => return Ok(None),
             Err(other) => return Err(self.backend("create", other.to_string())),
@@ -225,32 +216,42 @@ impl Holder {
         // The first request of this lock wrote `expires_at` by the local
         // clock. If the server's differs, others may find the object stale
         // already: correct it before counting it as ours. Whichever of this
-        // write and a waiter's delete lands first makes the other fail.
+        // write and a waiter's delete lands first makes the other fail. If
+        // the correction cannot be made, the object is given back (by the
+        // caller's clean-up, as `create_in_doubt` stays set), never kept
+        // unrefreshed until its TTL.
         let off = (self.clock.now() + self.lease.ttl.as_secs_f64() - written).abs();
         if !clock_was_known && off > 1.0 {
             sent = Instant::now();
-            let metadata = self.metadata(identity);
-            match self.call(
+            let corrected = self.call(
                 "refresh",
-                |store| store.update(version, metadata.clone()),
-                interrupted,
-            )? {
+                || write_if_ours(self, identity, version),
+                attempt.retry_until,
+                attempt.interrupted,
+            )?;
+            match self.answered("refresh", corrected)? {
                 Ok(reply) => version = reply.value.version,
-                Err(_) => return Ok(None),
+                // A read showed it gone or someone else's: nothing of ours is left.
+                Err(_) => {
+                    attempt.create_in_doubt = false;
+                    return Ok(None);
+                }
             }
         }
+        attempt.create_in_doubt = false;
         Ok(Some(self.hold(identity, version, sent)))
     }
 
     /// Reads the object after a failed create and clears it if it is ours
     /// from before or stale.
-    fn look(
-        &self,
-        identity: &str,
-        after_create: bool,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<Look> {
-        let reply = match self.call("read", |store| store.get(), interrupted)? {
+    fn look(&self, attempt: &Attempt<'_>, after_create: bool) -> Result<Look> {
+        let read = self.call(
+            "read",
+            || self.store.get(),
+            attempt.retry_until,
+            attempt.interrupted,
+        )?;
+        let reply = match self.answered("read", read)? {
             Ok(reply) => reply,
             Err(other) => return Err(self.backend("read", other.to_string())),
         };
@@ -264,18 +265,18 @@ impl Holder {
             }
             return Ok(Look::Free);
         };
-        if object.identity.as_deref() == Some(identity) {
+        if object.identity.as_deref() == Some(attempt.identity) {
             self.log(log::Level::Warn, || {
                 "Lock was already owned by this instance, but was abandoned. Resetting lock".into()
             });
-            self.delete_version(object.version, interrupted)?;
+            self.delete_version(object.version, attempt.retry_until, attempt.interrupted)?;
             return Ok(Look::Free);
         }
         let server_now = reply.server_time.unwrap_or_else(|| self.clock.now());
         let expires_at = object.expires_at.unwrap_or(f64::NEG_INFINITY);
         if server_now > expires_at {
             self.log(log::Level::Warn, || "Lock is stale. Resetting lock".into());
-            self.delete_version(object.version, interrupted)?;
+            self.delete_version(object.version, attempt.retry_until, attempt.interrupted)?;
             return Ok(Look::Free);
         }
         self.log(log::Level::Debug, || {
@@ -287,38 +288,105 @@ impl Holder {
     }
 
     /// Deletes exactly `version`: Ok(false) if it had changed or gone.
-    fn delete_version(&self, version: Version, interrupted: &dyn Fn() -> bool) -> Result<bool> {
-        match self.call("delete", |store| store.delete(version), interrupted)? {
-            Ok(_) => Ok(true),
-            Err(_) => Ok(false),
+    fn delete_version(
+        &self,
+        version: Version,
+        until: Option<Instant>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let answer = self.call("delete", || self.store.delete(version), until, interrupted)?;
+        Ok(self.answered("delete", answer)?.is_ok())
+    }
+
+    /// After an acquire failed with `error` while a create of ours may
+    /// have landed: reads the object and deletes it if it is ours, so it
+    /// does not block everyone until it goes stale. Returns the error to
+    /// report, saying so if the object could not be removed.
+    fn remove_leftover(&self, identity: &str, error: Error) -> Error {
+        let until = Some(Instant::now() + LEFTOVER_CLEANUP);
+        let never = &|| false;
+        let removed = self
+            .call("read", || self.store.get(), until, never)
+            .and_then(|answer| self.answered("read", answer))
+            .and_then(|read| match read {
+                Ok(Reply {
+                    value: Some(object),
+                    ..
+                }) if object.identity.as_deref() == Some(identity) => {
+                    self.delete_version(object.version, until, never)?;
+                    self.log(log::Level::Warn, || {
+                        format!("Gave back the lock object this attempt had created: {error}")
+                    });
+                    Ok(())
+                }
+                _ => Ok(()),
+            });
+        match (removed, error) {
+            (Ok(()), error) => error,
+            (Err(cleanup), Error::Backend {
+                server,
+                operation,
+                message,
+            }) => Error::Backend {
+                server,
+                operation,
+                message: format!(
+                    "{message}; a lock object this attempt may have created could not be removed ({cleanup}) and blocks others until it goes stale"
+                ),
+            },
+            (Err(cleanup), error) => {
+                self.log(log::Level::Error, || {
+                    format!("A lock object this attempt may have created could not be removed and blocks others until it goes stale: {cleanup}")
+                });
+                error
+            }
         }
     }
 
     /// Releases a hold: deletes our version. Ok(false) if the object was no
-    /// longer ours (taken over after going stale, or deleted).
+    /// longer ours (taken over after going stale, or deleted). Transient
+    /// failures are retried until the lease runs out (at least
+    /// [`SHORTEST_RETRY`]): until then nobody else can have it.
     pub(crate) fn release(&self, hold: Hold) -> Result<bool> {
         let identity = hold.identity.clone();
-        let version = hold.stop();
+        let was_healthy = hold.health.is_healthy();
+        let until = Some(
+            hold.health
+                .valid_until()
+                .max(Instant::now() + SHORTEST_RETRY),
+        );
+        let mut version = hold.stop();
         let never = &|| false;
-        if self.delete_version(version, never)? {
-            return Ok(true);
+        let mut delete_may_have_landed = false;
+        // Twice at most: a refresh whose reply was lost may have moved the
+        // metageneration once.
+        for _ in 0..2 {
+            let answer = self.call("delete", || self.store.delete(version), until, never)?;
+            delete_may_have_landed |= answer.retried;
+            if self.answered("delete", answer)?.is_ok() {
+                return Ok(true);
+            }
+            match self.still_ours(&identity, version, until)? {
+                Some(current) if current != version => version = current,
+                // Gone, or someone else's. If an earlier try of this delete
+                // may have landed while the lease was live, nobody could
+                // have had the lock before it: that was our release.
+                _ => return Ok(delete_may_have_landed && was_healthy),
+            }
         }
-        // A refresh whose reply was lost may have moved the metageneration.
-        match self.still_ours(&identity, version, never)? {
-            Some(current) => self.delete_version(current, never),
-            None => Ok(false),
-        }
+        Ok(false)
     }
 
     /// The current version if the object is still the generation we
-    /// created under our identity.
+    /// created under our identity; None if a read shows it is not.
     fn still_ours(
         &self,
         identity: &str,
         version: Version,
-        interrupted: &dyn Fn() -> bool,
+        until: Option<Instant>,
     ) -> Result<Option<Version>> {
-        Ok(match self.call("read", |store| store.get(), interrupted)? {
+        let read = self.call("read", || self.store.get(), until, &|| false)?;
+        Ok(match self.answered("read", read)? {
             Ok(Reply {
                 value: Some(object),
                 ..
@@ -333,7 +401,9 @@ impl Holder {
 
     /// Whether the object exists, and whether `identity` holds it.
     pub(crate) fn inspect(&self, identity: &str) -> Result<(bool, bool)> {
-        match self.call("read", |store| store.get(), &|| false)? {
+        let until = Some(Instant::now() + SHORTEST_RETRY);
+        let read = self.call("read", || self.store.get(), until, &|| false)?;
+        match self.answered("read", read)? {
             Ok(Reply {
                 value: Some(object),
                 ..
@@ -378,20 +448,5 @@ impl Holder {
         self.log(log::Level::Error, || {
             format!("Error refreshing lock: {message}")
         });
-    }
-}
-
-/// Sleeps `wait` in slices, returning early with Interrupted.
-fn sleep_interruptibly(wait: Duration, interrupted: &dyn Fn() -> bool, what: &str) -> Result<()> {
-    let until = Instant::now() + wait;
-    loop {
-        if interrupted() {
-            return Err(Error::Interrupted(what.to_owned()));
-        }
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(());
-        }
-        std::thread::sleep(left.min(INTERRUPT_SLICE));
     }
 }

@@ -9,7 +9,7 @@ use super::holder::{Hold, Holder};
 use super::options::LockBuilder;
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving, ProcessHolds};
-use crate::identity::{holder_number, random_hex};
+use crate::identity::{forked_since_start, holder_number, note_process_start, random_hex};
 
 /// A distributed mutual-exclusion lock on one object in a Google Cloud
 /// Storage bucket: no infrastructure beyond a bucket you already have.
@@ -38,8 +38,6 @@ pub struct Lock {
     /// `None`: random per lock object, with the pid appended at use.
     identity_prefix: Option<String>,
     random_prefix: String,
-    /// The process that built the lock: a given prefix is that process's.
-    created_by: u32,
     thread_safe: bool,
     default_timeout: Option<Duration>,
     holds: Holds<u64, Hold>,
@@ -58,11 +56,11 @@ impl Lock {
         thread_safe: bool,
         default_timeout: Option<Duration>,
     ) -> Lock {
+        note_process_start();
         Lock {
             holder: Arc::new(holder),
             identity_prefix,
             random_prefix: random_hex(12),
-            created_by: std::process::id(),
             thread_safe,
             default_timeout,
             holds: Holds::new(),
@@ -75,7 +73,9 @@ impl Lock {
     /// # Errors
     /// [`Error::Timeout`] when the wait runs out, [`Error::AlreadyLocked`]
     /// if this thread holds it already, [`Error::Backend`] if the bucket
-    /// cannot be used (missing, no permission, unreachable).
+    /// cannot be used (missing, no permission), or if it still fails
+    /// transiently (429, 5xx, unreachable) when the timeout (at least 2 s)
+    /// runs out; an object its own create may have left is removed first.
     pub fn acquire(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
         if self.acquire_interruptibly(timeout, &|| false)? {
             Ok(LockGuard::new(self))
@@ -87,7 +87,8 @@ impl Lock {
         }
     }
 
-    /// One attempt, never waits (beyond clearing a stale object).
+    /// One attempt, never waits (beyond clearing a stale object, or riding
+    /// out up to 2 s of transient failures).
     pub fn try_acquire(&self) -> Result<Option<LockGuard<'_>>> {
         let acquired = self.acquire_interruptibly(Some(Duration::ZERO), &|| false)?;
         Ok(acquired.then(|| LockGuard::new(self)))
@@ -135,10 +136,14 @@ impl Lock {
 
     /// Releases the calling thread's hold: deletes exactly the object
     /// version it holds. Ok(false) when the server no longer had it (it went
-    /// stale and was taken over, or was deleted).
+    /// stale and was taken over, or was deleted). Transient failures are
+    /// retried until the lease deadline; a retried delete that finds the
+    /// object gone counts as released (its first try landed, reply lost).
     ///
     /// # Errors
-    /// [`Error::NotLocked`] if the calling thread does not hold it.
+    /// [`Error::Backend`] if the delete still fails at the lease deadline
+    /// (the object then goes stale by itself); [`Error::NotLocked`] if the
+    /// calling thread does not hold it.
     pub fn release(&self) -> Result<bool> {
         let hold = self
             .holds()
@@ -242,14 +247,17 @@ impl Lock {
 
     /// The calling thread's holder identity, as stored in the object.
     ///
-    /// A given prefix is used as is in the process that built the lock (the
-    /// gem's identities); a process forked from it appends its pid, or the
-    /// child would pass for its parent and take over the parent's hold by
-    /// the gem's instant recovery.
+    /// A given prefix is used as is in a process started afresh (the gem's
+    /// identities, so a restarted program that keeps its prefix recovers its
+    /// abandoned lock at once). A process forked from one where lockyard
+    /// ran appends its pid, whether it inherited the lock or built its own
+    /// (pre-forking servers build one per worker from the same settings):
+    /// otherwise it would pass for its parent or its siblings and take their
+    /// live hold by the gem's instant recovery.
     pub fn identity(&self) -> String {
         let pid = std::process::id();
         let prefix = match &self.identity_prefix {
-            Some(prefix) if pid == self.created_by => prefix.clone(),
+            Some(prefix) if !forked_since_start() => prefix.clone(),
             Some(prefix) => format!("{prefix}-{pid}"),
             None => format!("{}-{pid}", self.random_prefix),
         };

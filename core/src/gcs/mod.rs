@@ -3,7 +3,8 @@
 //!
 //! - `lock.rs`: the public [`Lock`]; `options.rs`: its options;
 //! - `holder.rs`: the algorithm, against any [`Store`]; `refresh.rs`: keeping
-//!   a hold alive; `clock.rs`: the server's clock;
+//!   a hold alive; `retry.rs`: asking until a deadline; `clock.rs`: the
+//!   server's clock;
 //! - `client.rs`: the JSON API over HTTPS; `auth.rs`: endpoint and credentials;
 //! - `store.rs`: the four conditional operations the algorithm needs.
 //!
@@ -17,6 +18,7 @@ mod holder;
 mod lock;
 mod options;
 mod refresh;
+mod retry;
 mod store;
 
 pub use holder::LogSink;

@@ -80,7 +80,8 @@ impl LockBuilder {
         self.refresh_interval = Some(every);
         self
     }
-    /// Consecutive transient refresh failures that make it unhealthy (default 3).
+    /// Consecutive transient refresh failures that make it unhealthy until
+    /// a refresh lands again (default 3).
     pub fn max_refresh_fails(mut self, count: u32) -> Self {
         self.max_refresh_fails = count;
         self
@@ -102,7 +103,8 @@ impl LockBuilder {
     }
     /// Holder identities are `<prefix>/<thread>` (or just `<prefix>` when
     /// not thread-safe). The default is random hex and the pid. The same
-    /// prefix after a restart recovers its own abandoned lock at once.
+    /// prefix after a restart recovers its own abandoned lock at once; a
+    /// process forked from one where lockyard ran appends its pid to it.
     pub fn instance_identity_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.instance_identity_prefix = Some(prefix.into());
         self

@@ -1,16 +1,24 @@
 //! The background refresh of a held GCS lock.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::holder::Holder;
-use super::store::{Reply, StoreError, StoreFuture, Version};
+use super::retry::RETRY_FIRST_WAIT;
+use super::store::{LockObject, Reply, StoreError, Version};
 use crate::health::Health;
 
+const TAKEN_OVER: &str =
+    "the lock object has an unexpected generation or metageneration: another holder took it over";
+const DELETED: &str = "the lock object has been unexpectedly deleted";
+
 /// Keeps one hold alive until aborted: PATCHes `expires_at` with the
-/// generation and metageneration preconditions. 412 or 404 means someone
-/// else has the object now: unhealthy at once. Transient failures only
-/// after `max_refresh_fails` in a row.
+/// generation and metageneration preconditions. Lost at once only when the
+/// server shows the object gone or someone else's; failures to ask are
+/// retried, sooner than the refresh period, until the lease runs out.
+/// `max_refresh_fails` of them in a row make the hold unhealthy meanwhile;
+/// a refresh that lands afterwards proves it was kept and heals it.
 pub(crate) async fn refresh_loop(
     holder: Arc<Holder>,
     identity: String,
@@ -19,41 +27,21 @@ pub(crate) async fn refresh_loop(
 ) {
     let lease = &holder.lease;
     let mut failures = 0;
+    let mut wait = lease.refresh_every;
     loop {
-        tokio::time::sleep(lease.refresh_every).await;
+        tokio::time::sleep(wait).await;
+        // Held only for the requests, so stopping the hold never waits out
+        // the pauses between retries.
         let mut current = version.lock().await;
         holder.log(log::Level::Info, || "Refreshing lock".into());
         let sent = Instant::now();
-        let metadata = holder.metadata(&identity);
-        let mut outcome = with_timeout(
-            holder.request_timeout,
-            holder.store.update(*current, metadata.clone()),
-        )
-        .await;
-        if matches!(outcome, Err(StoreError::PreconditionFailed)) {
-            // Our own earlier refresh may have landed without its reply.
-            if let Ok(Reply {
-                value: Some(object),
-                ..
-            }) = with_timeout(holder.request_timeout, holder.store.get()).await
-            {
-                if object.version.generation == current.generation
-                    && object.identity.as_deref() == Some(identity.as_str())
-                {
-                    outcome = with_timeout(
-                        holder.request_timeout,
-                        holder.store.update(object.version, metadata),
-                    )
-                    .await;
-                }
-            }
-        }
-        match outcome {
+        match write_if_ours(&holder, &identity, *current).await {
             Ok(reply) => {
-                holder.clock.observe(reply.server_time);
                 *current = reply.value.version;
                 failures = 0;
+                wait = lease.refresh_every;
                 health.extend(sent + holder.lease_margin());
+                health.set_failing(None);
                 holder.log(log::Level::Debug, || {
                     format!(
                         "Done refreshing lock. metageneration={}",
@@ -61,10 +49,10 @@ pub(crate) async fn refresh_loop(
                     )
                 });
             }
-            Err(permanent @ (StoreError::PreconditionFailed | StoreError::NotFound)) => {
-                let reason = match permanent {
-                    StoreError::NotFound => "the lock object has been unexpectedly deleted",
-                    _ => "the lock object has an unexpected generation or metageneration: another holder took it over",
+            Err(gone @ (StoreError::PreconditionFailed | StoreError::NotFound)) => {
+                let reason = match gone {
+                    StoreError::NotFound => DELETED,
+                    _ => TAKEN_OVER,
                 };
                 holder.record_refresh_error(reason);
                 holder.log(log::Level::Error, || {
@@ -73,27 +61,92 @@ pub(crate) async fn refresh_loop(
                 health.mark_lost(reason);
                 return;
             }
-            Err(transient) => {
+            Err(failure) => {
                 failures += 1;
-                holder.record_refresh_error(&transient.to_string());
-                if failures >= lease.max_refresh_fails {
+                holder.record_refresh_error(&failure.to_string());
+                if Instant::now() >= health.valid_until() {
                     holder.log(log::Level::Error, || {
-                        format!("Lock refresh failed {failures} times in succession. Declaring lock as unhealthy")
+                        format!("Lock refresh failed {failures} times, until its lease ran out. Declaring lock as unhealthy")
                     });
                     health.mark_lost(format!(
-                        "{failures} refreshes in a row failed, the last with: {transient}"
+                        "its lease ran out while {failures} refreshes in a row failed, the last with: {failure}"
                     ));
                     return;
                 }
+                if failures >= lease.max_refresh_fails {
+                    holder.log(log::Level::Error, || {
+                        format!("Lock refresh failed {failures} times in succession. Declaring lock as unhealthy until one succeeds")
+                    });
+                    health.set_failing(Some(format!(
+                        "{failures} refreshes in a row failed, the last with: {failure}"
+                    )));
+                }
+                // Again soon, as every caller-side request does, but never
+                // later than the next regular refresh.
+                wait = (RETRY_FIRST_WAIT * 2u32.saturating_pow(failures - 1))
+                    .min(lease.refresh_every)
+                    .min(
+                        health
+                            .valid_until()
+                            .saturating_duration_since(Instant::now()),
+                    );
             }
         }
     }
 }
 
+/// Writes a fresh `expires_at` if the object is still the one this
+/// identity created. Err(PreconditionFailed): a read showed another
+/// holder's object; Err(NotFound): the object is gone; other errors: the
+/// server could not be asked, and nothing is known.
+pub(crate) async fn write_if_ours(
+    holder: &Holder,
+    identity: &str,
+    expected: Version,
+) -> Result<Reply<LockObject>, StoreError> {
+    let metadata = holder.metadata(identity);
+    let timeout = holder.request_timeout;
+    let written = with_timeout(timeout, holder.store.update(expected, metadata.clone())).await;
+    if !matches!(written, Err(StoreError::PreconditionFailed)) {
+        return observed(holder, written);
+    }
+    // A 412 proves only that the metageneration moved: an earlier write of
+    // ours may have landed without its reply. Only a read tells.
+    let read = observed(holder, with_timeout(timeout, holder.store.get()).await)?;
+    match read.value {
+        None => Err(StoreError::NotFound),
+        Some(object)
+            if object.version.generation == expected.generation
+                && object.identity.as_deref() == Some(identity) =>
+        {
+            let written =
+                with_timeout(timeout, holder.store.update(object.version, metadata)).await;
+            match observed(holder, written) {
+                // Changed again between our read and write: ask again later.
+                Err(StoreError::PreconditionFailed) => Err(StoreError::Transient(
+                    "the lock object changed between reading and refreshing it".into(),
+                )),
+                other => other,
+            }
+        }
+        Some(_) => Err(StoreError::PreconditionFailed),
+    }
+}
+
+fn observed<T>(
+    holder: &Holder,
+    outcome: Result<Reply<T>, StoreError>,
+) -> Result<Reply<T>, StoreError> {
+    if let Ok(reply) = &outcome {
+        holder.clock.observe(reply.server_time);
+    }
+    outcome
+}
+
 /// A store operation that takes longer than `limit` counts as transient.
 pub(crate) async fn with_timeout<T>(
     limit: Duration,
-    request: StoreFuture<'_, T>,
+    request: impl Future<Output = Result<Reply<T>, StoreError>>,
 ) -> Result<Reply<T>, StoreError> {
     match tokio::time::timeout(limit, request).await {
         Ok(outcome) => outcome,
