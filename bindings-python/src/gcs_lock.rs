@@ -8,8 +8,8 @@ use pyo3::types::{PyAny, PyBool, PyDict, PyString};
 
 use crate::block;
 use crate::convert::{acquire_timeout, count, optional_seconds, seconds, text};
-use crate::error;
 use crate::unlocked::Unlocked;
+use crate::{error, logging};
 
 const LOST: &str =
     "the GCS lock had been lost before it was released: another holder may have run meanwhile";
@@ -158,12 +158,18 @@ impl GcsLock {
         exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let left = self.lock.call(py, |lock| {
-            if !lock.leave()? {
-                log::warn!("{LOST}");
-            }
-            Ok(())
-        });
+        // Interruptible: while the bucket keeps failing, giving back
+        // retries until the lease deadline.
+        let left = self.lock.wait(
+            py,
+            |lock, interrupted| {
+                if !lock.leave_interruptibly(interrupted)? {
+                    log::warn!("{LOST}");
+                }
+                Ok(())
+            },
+            |_, ()| {},
+        );
         block::exit(py, exc, left)
     }
 
@@ -188,19 +194,24 @@ impl GcsLock {
 
     /// Releases this thread's hold (``lockyard.NotLockedError`` if none);
     /// logs a warning on the ``lockyard`` logger if the lock had been lost.
+    /// Interruptible (Ctrl-C): while the bucket keeps failing it retries
+    /// until the lease deadline; interrupted, the object goes stale.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        self.lock.call(py, |lock| {
-            if !lock.release()? {
-                log::warn!("{LOST}");
-            }
-            Ok(())
-        })
+        if !self.unlock(py)? {
+            log::warn!("{LOST}");
+            logging::forward(py);
+        }
+        Ok(())
     }
 
     /// Releases like ``release()`` and returns whether the server still had
     /// the lock (the gem's ``unlock``).
     fn unlock(&self, py: Python<'_>) -> PyResult<bool> {
-        self.lock.call(py, |lock| lock.release())
+        self.lock.wait(
+            py,
+            |lock, interrupted| lock.release_interruptibly(interrupted),
+            |_, _| {},
+        )
     }
 
     /// Forgets this thread's hold without touching the server and stops

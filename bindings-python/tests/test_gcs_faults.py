@@ -112,6 +112,44 @@ def test_ctrl_c_interrupts_a_wait_promptly(
     holder.release()
 
 
+@pytest.mark.parametrize("how", ["with", "release", "unlock"])
+def test_ctrl_c_interrupts_a_release_the_bucket_keeps_failing(
+    gcs: GcsServer, spawn: Callable[..., subprocess.Popen[str]], how: str
+) -> None:
+    # Every delete fails: the release would retry until the 60 s lease
+    # deadline.
+    child = spawn(
+        """
+        import sys
+        from lockyard.gcs import Lock
+
+        how = sys.argv[1]
+        lock = Lock(bucket_name="locks", path="a", ttl=60.0)
+        if how == "with":
+            with lock:
+                print("releasing", flush=True)
+                input()
+        else:
+            lock.acquire()
+            print("releasing", flush=True)
+            input()
+            getattr(lock, how)()
+        """,
+        how,
+    )
+    assert child.stdout is not None and child.stdin is not None
+    assert child.stdout.readline() == "releasing\n"
+    gcs.inject("delete", "503", 1000)
+    child.stdin.write("\n")
+    child.stdin.flush()
+    time.sleep(1.0)  # a few retries in
+    interrupted_at = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=10)
+    assert time.monotonic() - interrupted_at < 1.5
+    assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+
+
 @pytest.fixture
 def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
     server = start_fault_proxy()

@@ -237,7 +237,9 @@ impl Lock {
     }
 
     fn unlock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
-        rb_self.core.blocking(ruby, |lock, _| lock.release())
+        rb_self.core.blocking(ruby, |lock, interrupted| {
+            lock.release_interruptibly(interrupted)
+        })
     }
 
     fn abandon(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {

@@ -202,7 +202,9 @@ class GcsLockTest < Minitest::Test
     assert_match(/DEBUG -- lockyard: Acquiring lock/, out.string)
   end
 
-  # The parent forks inside its block; the child ends as ARGV[2] says.
+  # The parent forks inside its block; the child ends as ARGV[2] says, or
+  # ("rival") builds a lock with the parent's identity prefix, which instant
+  # recovery would hand the parent's hold if the child kept that identity.
   FORK_PARENT = <<~'RUBY'
     require "json"
     require "lockyard"
@@ -216,6 +218,7 @@ class GcsLockTest < Minitest::Test
       if pid.nil?
         exit 0 if how == "exit"
         raise "the child's own failure" if how == "raise"
+        exit!(Lockyard::GCS::Lock.new(**options).try_lock ? 3 : 0) if how == "rival"
 
         next
       end
@@ -228,7 +231,7 @@ class GcsLockTest < Minitest::Test
     end
   RUBY
 
-  { "exit" => 0, "raise" => 1, "leave" => 0, "block" => 0 }.each do |how, status|
+  { "exit" => 0, "raise" => 1, "leave" => 0, "block" => 0, "rival" => 0 }.each do |how, status|
     define_method("test_a_forked_child_that_ends_by_#{how}_keeps_its_parents_lock") do
       Open3.popen3(RbConfig.ruby, *ruby_include, "-e", FORK_PARENT, @gcs.host, @path, how) do |stdin, stdout, stderr, parent|
         line = stdout.gets
@@ -301,6 +304,17 @@ class GcsFaultsTest < Minitest::Test
       assert_equal "the block's own", error.message
     end
     assert_match(/failed too: Lockyard::/, err)
+  end
+
+  # Every delete fails: unlock would retry until the 60 s lease deadline;
+  # Timeout ends it at once.
+  def test_timeout_interrupts_an_unlock_the_bucket_keeps_failing
+    lock = new_lock(ttl: 60)
+    lock.lock
+    @gcs.inject("delete", "503", 1000)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    assert_raises(Timeout::Error) { Timeout.timeout(1) { lock.unlock } }
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 2
   end
 
   def test_transient_errors_are_retried

@@ -347,7 +347,7 @@ impl Holder {
     /// longer ours (taken over after going stale, or deleted). Transient
     /// failures are retried until the lease runs out (at least
     /// [`SHORTEST_RETRY`]): until then nobody else can have it.
-    pub(crate) fn release(&self, hold: Hold) -> Result<bool> {
+    pub(crate) fn release(&self, hold: Hold, interrupted: &dyn Fn() -> bool) -> Result<bool> {
         let identity = hold.identity.clone();
         let was_healthy = hold.health.is_healthy();
         let until = Some(
@@ -356,17 +356,16 @@ impl Holder {
                 .max(Instant::now() + SHORTEST_RETRY),
         );
         let mut version = hold.stop();
-        let never = &|| false;
         let mut delete_may_have_landed = false;
         // Twice at most: a refresh whose reply was lost may have moved the
         // metageneration once.
         for _ in 0..2 {
-            let answer = self.call("delete", || self.store.delete(version), until, never)?;
+            let answer = self.call("delete", || self.store.delete(version), until, interrupted)?;
             delete_may_have_landed |= answer.retried;
             if self.answered("delete", answer)?.is_ok() {
                 return Ok(true);
             }
-            match self.still_ours(&identity, version, until)? {
+            match self.still_ours(&identity, version, until, interrupted)? {
                 Some(current) if current != version => version = current,
                 // Gone, or someone else's. If an earlier try of this delete
                 // may have landed while the lease was live, nobody could
@@ -384,8 +383,9 @@ impl Holder {
         identity: &str,
         version: Version,
         until: Option<Instant>,
+        interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Version>> {
-        let read = self.call("read", || self.store.get(), until, &|| false)?;
+        let read = self.call("read", || self.store.get(), until, interrupted)?;
         Ok(match self.answered("read", read)? {
             Ok(Reply {
                 value: Some(object),

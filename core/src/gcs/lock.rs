@@ -145,15 +145,23 @@ impl Lock {
     /// (the object then goes stale by itself); [`Error::NotLocked`] if the
     /// calling thread does not hold it.
     pub fn release(&self) -> Result<bool> {
+        self.release_interruptibly(&|| false)
+    }
+
+    /// [`Lock::release`] with an interrupt check, polled between retries:
+    /// while the bucket keeps failing, a release may take until the lease
+    /// deadline. Interrupted, it returns [`Error::Interrupted`] and the
+    /// object, no longer refreshed, goes stale after its ttl.
+    pub fn release_interruptibly(&self, interrupted: &dyn Fn() -> bool) -> Result<bool> {
         let hold = self
             .holds()
             .remove(&self.key())
             .ok_or_else(|| Error::NotLocked(self.holder.what.clone()))?;
-        self.give_back(hold)
+        self.give_back(hold, interrupted)
     }
 
-    fn give_back(&self, hold: Hold) -> Result<bool> {
-        let released = self.holder.release(hold);
+    fn give_back(&self, hold: Hold, interrupted: &dyn Fn() -> bool) -> Result<bool> {
+        let released = self.holder.release(hold, interrupted);
         if let Ok(true) = released {
             self.holder.log(log::Level::Debug, || "Unlocked".into());
         }
@@ -167,8 +175,14 @@ impl Lock {
     /// # Errors
     /// [`Error::NotLocked`] if the calling thread holds nothing.
     pub fn leave(&self) -> Result<bool> {
+        self.leave_interruptibly(&|| false)
+    }
+
+    /// [`Lock::leave`] with an interrupt check, like
+    /// [`Lock::release_interruptibly`].
+    pub fn leave_interruptibly(&self, interrupted: &dyn Fn() -> bool) -> Result<bool> {
         match self.holds.leave(&self.key()) {
-            Leaving::Held(hold) => self.give_back(hold),
+            Leaving::Held(hold) => self.give_back(hold, interrupted),
             Leaving::Inherited => Ok(true),
             Leaving::NotHeld => Err(Error::NotLocked(self.holder.what.clone())),
         }
@@ -287,7 +301,7 @@ impl Drop for Lock {
     /// A dropped lock gives back what this process still holds.
     fn drop(&mut self) {
         for hold in self.holds.drain() {
-            if let Err(e) = self.holder.release(hold) {
+            if let Err(e) = self.holder.release(hold, &|| false) {
                 log::warn!("releasing {} on drop failed: {e}", self.holder.what);
             }
         }
