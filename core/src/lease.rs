@@ -50,6 +50,15 @@ impl Lease {
         })
     }
 
+    /// How long one background call (a refresh, a renewal) may take: about
+    /// ttl/10, so that a connection gone silent, where a new one would
+    /// answer at once, costs a retry and not the lease. At least 100 ms,
+    /// and never more than the command timeout.
+    #[cfg(feature = "redis")]
+    pub(crate) fn background_timeout(&self) -> Duration {
+        (self.ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(10))
+    }
+
     #[cfg(feature = "redis")]
     pub(crate) fn ttl_ms(&self) -> u64 {
         self.ttl.as_millis() as u64

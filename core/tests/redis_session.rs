@@ -410,3 +410,37 @@ fn a_missed_handoff_under_a_session_frees_the_name_after_the_handoff_window() {
     drop(taken);
     waiter.join().unwrap();
 }
+
+/// A background connection that goes silent (a new one would work at once)
+/// costs a renewal or a refresh a fraction of the lease, not the session:
+/// background calls time out after about ttl/10 and retry on a fresh
+/// connection.
+#[test]
+fn a_silent_connection_costs_neither_the_session_nor_a_lock() {
+    let server = RedisServer::start();
+    let proxy = support::StallProxy::start(server.port);
+    let ours = Session::builder(proxy.url()).ttl(MS(4000)).build().unwrap();
+    let plain = Lock::builder(proxy.url(), "silent")
+        .ttl(MS(3000))
+        .build()
+        .unwrap();
+    let held = plain.try_acquire().unwrap().expect("free at first");
+    // After the first renewal (at ttl/2) and a few refreshes: their
+    // connection is open, and goes silent.
+    std::thread::sleep(MS(2500));
+    proxy.stall_existing();
+    let started = Instant::now();
+    while started.elapsed() < MS(7000) {
+        assert!(
+            ours.healthy(),
+            "session lost {:?} after the stall",
+            started.elapsed()
+        );
+        assert!(
+            held.healthy(),
+            "lock lost {:?} after the stall",
+            started.elapsed()
+        );
+        std::thread::sleep(MS(100));
+    }
+}

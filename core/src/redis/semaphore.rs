@@ -636,19 +636,20 @@ fn first_refresh_retry(lease: &Lease) -> Duration {
 /// One refresh of `token`'s lease by the shared TTL: Ok(false) when it was
 /// already lost. A failed connection is dropped so the next try reconnects.
 async fn refresh_once(shared: &Shared, token: &str) -> Result<bool> {
-    let server = shared.route.server();
-    let outcome = async {
-        let mut conn = server.background().await?;
-        prepare(&SCRIPTS.refresh, &shared.keys, shared.shape.limit())
-            .arg(token)
-            .arg(shared.lease.ttl_ms())
-            .invoke_async::<Vec<i64>>(&mut conn)
-            .await
-            .map_err(|e| server.error("refresh", e))
-    }
-    .await;
-    if outcome.is_err() {
-        server.drop_background();
-    }
-    Ok(outcome?.first() == Some(&1))
+    let renewed: Vec<i64> = shared
+        .route
+        .server()
+        .in_background(
+            "refresh",
+            shared.lease.background_timeout(),
+            |mut conn| async move {
+                prepare(&SCRIPTS.refresh, &shared.keys, shared.shape.limit())
+                    .arg(token)
+                    .arg(shared.lease.ttl_ms())
+                    .invoke_async(&mut conn)
+                    .await
+            },
+        )
+        .await?;
+    Ok(renewed.first() == Some(&1))
 }

@@ -219,6 +219,37 @@ impl Server {
         Ok(conn)
     }
 
+    /// Runs `call` on the background connection within `limit`. A call
+    /// that fails or runs out of time drops the connection, so the next
+    /// one (the caller's retry) starts on a fresh one: a connection gone
+    /// silent must not cost every later call its whole timeout too.
+    pub(crate) async fn in_background<T, F>(
+        &self,
+        operation: &str,
+        limit: Duration,
+        call: impl FnOnce(MultiplexedConnection) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let outcome = tokio::time::timeout(limit, async {
+            let conn = self.background().await?;
+            call(conn).await.map_err(|e| self.error(operation, e))
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::backend(
+                &self.name,
+                operation,
+                format!("no answer within {limit:?}"),
+            ))
+        });
+        if outcome.is_err() {
+            self.drop_background();
+        }
+        outcome
+    }
+
     /// Forgets a background connection that failed, so the next use reconnects.
     pub(crate) fn drop_background(&self) {
         self.background

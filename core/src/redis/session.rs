@@ -465,21 +465,22 @@ async fn renew_loop(state: Arc<SessionState>) {
 
 /// Ok(Some(reason)) when the session turned out lost.
 async fn renew_once(state: &SessionState) -> Result<Option<String>> {
-    let server = state.route.server();
-    let renewed = async {
-        let mut conn = server.background().await?;
-        redis::cmd("PEXPIRE")
-            .arg(&state.key)
-            .arg(state.lease.ttl_ms())
-            .query_async::<i64>(&mut conn)
-            .await
-            .map_err(|e| server.error("renew session", e))
-    }
-    .await;
-    if renewed.is_err() {
-        server.drop_background();
-    }
-    if renewed? == 0 {
+    let renewed: i64 = state
+        .route
+        .server()
+        .in_background(
+            "renew session",
+            state.lease.background_timeout(),
+            |mut conn| async move {
+                redis::cmd("PEXPIRE")
+                    .arg(&state.key)
+                    .arg(state.lease.ttl_ms())
+                    .query_async(&mut conn)
+                    .await
+            },
+        )
+        .await?;
+    if renewed == 0 {
         return Ok(Some(
             "the session ran out before it could be renewed (paused or partitioned?)".into(),
         ));

@@ -379,3 +379,67 @@ impl Drop for Helper {
         let _ = self.child.wait();
     }
 }
+
+/// A TCP proxy in front of `upstream_port` whose existing connections can
+/// be made to go silent (open, but no byte passes either way) while new
+/// ones work: a stuck connection, as a NAT or a half-dead peer leaves one.
+pub struct StallProxy {
+    pub port: u16,
+    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl StallProxy {
+    pub fn start(upstream_port: u16) -> StallProxy {
+        use std::io::{Read, Write};
+        use std::net::TcpStream;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let generation = Arc::new(AtomicU64::new(0));
+        let pump = |mut from: TcpStream, mut to: TcpStream, born: u64, now: Arc<AtomicU64>| {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16384];
+                while let Ok(read) = from.read(&mut buf) {
+                    if read == 0 {
+                        break;
+                    }
+                    if now.load(Ordering::SeqCst) != born {
+                        // Silent from now on: swallow everything.
+                        continue;
+                    }
+                    if to.write_all(&buf[..read]).is_err() {
+                        break;
+                    }
+                }
+            });
+        };
+        let current = generation.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)) else {
+                    continue;
+                };
+                let born = current.load(Ordering::SeqCst);
+                pump(
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    born,
+                    current.clone(),
+                );
+                pump(server, client, born, current.clone());
+            }
+        });
+        StallProxy { port, generation }
+    }
+
+    /// Every connection open now goes silent; later ones work.
+    pub fn stall_existing(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
