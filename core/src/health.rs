@@ -3,23 +3,21 @@
 //! lease deadline are what change it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-fn to_nanos(at: Instant) -> u64 {
-    at.saturating_duration_since(*EPOCH).as_nanos() as u64
-}
+use crate::clock::{Clock, BOOT};
 
 /// Shared between the holder and its refresher.
 #[derive(Debug)]
 pub(crate) struct Health {
     lost: AtomicBool,
-    /// Monotonic time (ns since EPOCH) until which the lease surely lasts:
-    /// the send time of the request that set it plus its length. A paused
-    /// process sees this pass the moment it resumes, before any refresh.
+    /// Until when the lease surely lasts, in ns on `clock` (boot time, which
+    /// counts a suspended machine's sleep): the send time of the request
+    /// that set it plus its length. A paused process, or one whose machine
+    /// was suspended, sees this pass the moment it resumes.
     valid_until: AtomicU64,
+    clock: &'static dyn Clock,
     reason: Mutex<Option<String>>,
     /// Why refreshes keep failing, while they do: unhealthy, yet not lost,
     /// since a refresh that lands later proves the hold was kept (GCS).
@@ -29,9 +27,14 @@ pub(crate) struct Health {
 
 impl Health {
     pub(crate) fn new(valid_until: Instant) -> Self {
+        Self::on(&BOOT, valid_until)
+    }
+
+    fn on(clock: &'static dyn Clock, valid_until: Instant) -> Self {
         Health {
             lost: AtomicBool::new(false),
-            valid_until: AtomicU64::new(to_nanos(valid_until)),
+            valid_until: AtomicU64::new(clock.on_this_clock(valid_until).as_nanos() as u64),
+            clock,
             reason: Mutex::new(None),
             failing: AtomicBool::new(false),
             failing_reason: Mutex::new(None),
@@ -40,7 +43,7 @@ impl Health {
 
     pub(crate) fn is_healthy(&self) -> bool {
         !self.lost.load(Ordering::Acquire)
-            && to_nanos(Instant::now()) < self.valid_until.load(Ordering::Acquire)
+            && self.now() < self.valid_until.load(Ordering::Acquire)
             && !self.failing.load(Ordering::Acquire)
     }
 
@@ -59,7 +62,12 @@ impl Health {
     /// When the lease surely lasts until, as last extended.
     #[cfg(feature = "gcs")]
     pub(crate) fn valid_until(&self) -> Instant {
-        *EPOCH + Duration::from_nanos(self.valid_until.load(Ordering::Acquire))
+        let at = Duration::from_nanos(self.valid_until.load(Ordering::Acquire));
+        self.clock.to_instant(at)
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now().as_nanos() as u64
     }
 
     /// Why the hold is unhealthy, if it is.
@@ -78,8 +86,7 @@ impl Health {
                     .unwrap_or_else(|| "its refreshes keep failing".into()),
             );
         }
-        let left =
-            self.valid_until.load(Ordering::Acquire) as i128 - to_nanos(Instant::now()) as i128;
+        let left = self.valid_until.load(Ordering::Acquire) as i128 - self.now() as i128;
         (left <= 0).then(|| {
             format!(
                 "its lease ran out {:?} ago without a successful refresh (paused or partitioned?)",
@@ -101,8 +108,8 @@ impl Health {
     }
 
     pub(crate) fn extend(&self, valid_until: Instant) {
-        self.valid_until
-            .fetch_max(to_nanos(valid_until), Ordering::AcqRel);
+        let at = self.clock.on_this_clock(valid_until).as_nanos() as u64;
+        self.valid_until.fetch_max(at, Ordering::AcqRel);
     }
 
     pub(crate) fn mark_lost(&self, reason: impl Into<String>) {
@@ -139,6 +146,18 @@ mod tests {
         health.mark_lost("taken over");
         health.set_failing(None);
         assert_eq!(health.problem().unwrap(), "taken over");
+    }
+
+    #[test]
+    fn a_lease_that_ran_out_while_the_machine_slept_is_unhealthy_on_resume() {
+        static CLOCK: crate::clock::testing::Suspendable =
+            crate::clock::testing::Suspendable::new();
+        let health = Health::on(&CLOCK, Instant::now() + Duration::from_secs(30));
+        assert!(health.is_healthy());
+        // Instant (CLOCK_MONOTONIC) stood still meanwhile; boot time did not.
+        CLOCK.suspend_for(Duration::from_secs(31));
+        assert!(!health.is_healthy());
+        assert!(health.problem().unwrap().contains("lease ran out"));
     }
 
     #[test]

@@ -47,6 +47,7 @@
 //!
 //! [`Error`], [`Result`] and [`as_holder`] exist under every feature set.
 
+mod clock;
 pub mod error;
 #[cfg(feature = "gcs")]
 pub mod gcs;
