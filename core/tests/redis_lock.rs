@@ -361,3 +361,109 @@ fn two_locks_with_one_identity_never_both_hold() {
     let taken = second.try_acquire().unwrap().expect("free once released");
     assert!(taken.healthy());
 }
+
+/// A proxy in front of `upstream_port` that, while armed, passes a
+/// request on but swallows the reply and closes the connection: a reply
+/// lost after the request ran (a network blip, a read timeout).
+struct ReplyLosingProxy {
+    port: u16,
+    armed: Arc<AtomicU32>,
+}
+
+impl ReplyLosingProxy {
+    fn start(upstream_port: u16) -> ReplyLosingProxy {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicU32::new(0));
+        let losing = armed.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)) else {
+                    continue;
+                };
+                let (mut c_read, mut s_write) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16384];
+                    while let Ok(n) = c_read.read(&mut buf) {
+                        if n == 0 || s_write.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_write.shutdown(Shutdown::Both);
+                });
+                let losing = losing.clone();
+                std::thread::spawn(move || {
+                    let (mut s_read, mut c_write) = (server, client);
+                    let mut buf = [0u8; 16384];
+                    while let Ok(n) = s_read.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        let lose = losing
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |a| a.checked_sub(1))
+                            .is_ok();
+                        if lose || c_write.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = c_write.shutdown(Shutdown::Both);
+                    let _ = s_read.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        ReplyLosingProxy { port, armed }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Swallows the next `replies` replies (0: none).
+    fn lose_replies(&self, replies: u32) {
+        self.armed.store(replies, Ordering::SeqCst);
+    }
+}
+
+/// Review finding (round 1, 9eddab3): a try-once acquire whose reply is
+/// lost leaves the name held by a grant nobody has, for a whole ttl.
+///
+/// The acquire script ran and granted the name to this request's token,
+/// but the reply never came back, so `try_acquire` reports a backend error.
+/// Before 9eddab3 the thread's retry presented the same token and Redis
+/// answered it with that grant (the script's repeated-acquire path). Now
+/// every acquire presents a fresh nonce, so the retry is a stranger: it is
+/// refused, and so is everyone else, until the orphaned grant's ttl runs
+/// out (under a session: ttl + lock_delay, as the orphan was never marked
+/// as a handoff). A waiting acquire gives back what it may have been
+/// granted (`Semaphore::acquire` cancels after an error); the try-once
+/// path (`timeout == Some(ZERO)`) returns the error without cancelling.
+#[test]
+fn a_try_acquire_whose_reply_was_lost_does_not_keep_the_name() {
+    let server = RedisServer::start();
+    let proxy = ReplyLosingProxy::start(server.port);
+    let lock = Lock::builder(proxy.url(), "lost-reply")
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // Loads the scripts (a lost NOSCRIPT reply would lose nothing).
+    drop(lock.try_acquire().unwrap().expect("free"));
+    // The attempt's reply and that of its one repeat on a new connection.
+    proxy.lose_replies(2);
+    let first = lock.try_acquire();
+    proxy.lose_replies(0);
+    assert!(
+        first.is_err(),
+        "the reply was lost: {:?}",
+        first.map(|g| g.is_some())
+    );
+    drop(first);
+    // The same thread tries again at once, as a caller does after an error.
+    let again = lock.try_acquire().unwrap();
+    assert!(
+        again.is_some(),
+        "the name is held by the lost attempt's grant, which nobody can use or release"
+    );
+}
