@@ -226,9 +226,16 @@ impl Semaphore {
         };
         let give_up_at = timeout.map(|t| Instant::now() + t);
         if timeout == Some(Duration::ZERO) {
-            return match self.attempt(token, &meta, Duration::ZERO)? {
-                Attempt::Granted(hold) => Ok(Some(hold)),
-                Attempt::Queued { .. } => Ok(None),
+            return match self.attempt(token, &meta, Duration::ZERO) {
+                Ok(Attempt::Granted(hold)) => Ok(Some(hold)),
+                Ok(Attempt::Queued { .. }) => Ok(None),
+                Err(e) => {
+                    // The reply may be what was lost: the script may have
+                    // granted this request's token, which no later acquire
+                    // presents again. Best effort, like a wait's give-up.
+                    let _ = self.cancel(token);
+                    Err(e)
+                }
             };
         }
         let waited = self.wait_in_queue(token, &meta, give_up_at, interrupted);
