@@ -289,3 +289,50 @@ fn an_idle_hour_after_many_names_leaves_one_fencing_key_per_node() {
         });
     }
 }
+
+/// Review finding (merge d550996): fencing goes backwards across the
+/// upgrade to one counter per node.
+///
+/// Before the merge each node kept a name's last fencing value in the
+/// name's own key, `lockyard:{name}:rw:fence`, for ttl + 1 h after its last
+/// grant, and a write's seal raised that key. The merged scripts read and
+/// raise only `lockyard:rw:fence`, so a token the previous version sealed
+/// is forgotten at once: a writer whose quorum meets the sealed set only in
+/// a node that kept it in the old key gets that node's clock, not a value
+/// above the seal. With a node clock ahead (here: the previous writer's
+/// quorum was nodes 0 and 1, node 0 two hours ahead) the next token is
+/// smaller, during a rolling upgrade or within the hour after it; the same
+/// happens while old and new clients share a name, in both directions.
+#[test]
+fn fencing_never_goes_backwards_across_the_upgrade_to_one_counter_per_node() {
+    let servers = servers(3);
+    let urls = urls(&servers);
+    let lock = lock(&urls, "upgraded");
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    // What the previous version left on nodes 0 and 1 after sealing a
+    // token issued by node 0's clock, two hours ahead.
+    let sealed = now_us + TWO_HOURS_US;
+    for server in &servers[..2] {
+        let mut conn = server.raw().unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("lockyard:{upgraded}:rw:fence")
+            .arg(sealed)
+            .arg("PX")
+            .arg(3_600_000 + 5_000)
+            .query(&mut conn)
+            .unwrap();
+    }
+    // Node 0 is down: the quorum is nodes 1 and 2, and node 1 saw the seal.
+    servers[0].signal("STOP");
+    let guard = lock.write(Some(Duration::from_secs(10))).unwrap();
+    let token = guard.fencing_token().unwrap();
+    drop(guard);
+    servers[0].signal("CONT");
+    assert!(
+        token > sealed,
+        "token {token} after the sealed {sealed}: fencing went backwards"
+    );
+}
