@@ -111,6 +111,10 @@ struct Keys {
     writer: String,
     readers: String,
     waiting: String,
+    /// The name's own fencing key of versions before [`FENCE`]: read (and
+    /// raised by a seal) while it lives, so a token sealed there is not
+    /// forgotten across the upgrade. It expires by itself.
+    legacy_fence: String,
 }
 
 impl Keys {
@@ -120,6 +124,7 @@ impl Keys {
             writer: format!("{base}:writer"),
             readers: format!("{base}:readers"),
             waiting: format!("{base}:waiting"),
+            legacy_fence: format!("{base}:fence"),
         }
     }
 }
@@ -164,7 +169,8 @@ impl NetLocker for RedisNode {
         let reply: Reply<Vec<u64>> = self.run("lock", &SCRIPTS.lock, move |call| {
             let keys = Keys::new(&request.resource);
             call.key(keys.writer).key(keys.readers).key(keys.waiting);
-            call.key(FENCE).arg(&request.uid).arg(&request.waiter);
+            call.key(FENCE).key(keys.legacy_fence);
+            call.arg(&request.uid).arg(&request.waiter);
             call.arg(request.ttl_ms).arg(request.waiting_ms);
         });
         Box::pin(async move {
@@ -211,7 +217,8 @@ impl NetLocker for RedisNode {
 
     fn seal(self: Arc<Self>, request: Arc<Request>, token: u64) -> Reply<bool> {
         self.run("seal", &SCRIPTS.seal, move |call| {
-            call.key(Keys::new(&request.resource).writer).key(FENCE);
+            let keys = Keys::new(&request.resource);
+            call.key(keys.writer).key(FENCE).key(keys.legacy_fence);
             call.arg(&request.uid).arg(token);
         })
     }

@@ -6,6 +6,8 @@
 -- KEYS[3] waiting: string, a waiting writer, expires after ARGV[4] ms
 -- KEYS[4] fence:   string, the last fencing value this node issued or
 --                  sealed, for every name; never expires (quorum/rw_lock.rs)
+-- KEYS[5] legacy:  string, the name's own last value as versions before
+--                  KEYS[4] kept it; counted while it lives (it expires)
 -- ARGV[1] uid of this attempt, ARGV[2] waiter (the holder, same across its
 -- attempts), ARGV[3] ttl ms, ARGV[4] waiting-mark ms
 -- Returns {1, fence} when granted, {0, 0} when denied.
@@ -24,6 +26,8 @@ redis.call('SET', writer, uid, 'PX', ttl_ms)
 if redis.call('GET', waiting) == waiter then redis.call('DEL', waiting) end
 -- Seeded from server time, so values keep increasing even after Redis
 -- restarted without persistence.
-local fence = math.max(tonumber(redis.call('GET', fence_key) or '0') + 1, now_us)
+local last = math.max(tonumber(redis.call('GET', fence_key) or '0'),
+  tonumber(redis.call('GET', KEYS[5]) or '0'))
+local fence = math.max(last + 1, now_us)
 redis.call('SET', fence_key, string.format('%.0f', fence))
 return {1, string.format('%.0f', fence)}
