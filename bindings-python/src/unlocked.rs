@@ -22,12 +22,14 @@ pub(crate) struct Unlocked<T: Send + Sync> {
 
 impl<T: Send + Sync> Unlocked<T> {
     /// Builds the core object detached as well: building may resolve
-    /// settings or take process-wide registries' locks.
+    /// settings or take process-wide registries' locks. Like every
+    /// detached call it parks instead of attaching to an exiting
+    /// interpreter (dropping what it built).
     pub(crate) fn build(
         py: Python<'_>,
         build: impl FnOnce() -> lockyard::Result<T> + Send,
     ) -> PyResult<Self> {
-        let built = py.detach(build);
+        let built = detach_unless_exiting(py, build, drop);
         finish(py, built).map(|inner| Unlocked {
             inner: ManuallyDrop::new(inner),
         })
@@ -117,7 +119,11 @@ fn detach_unless_exiting<R: Send>(
     give_back: impl FnOnce(R) + Send,
 ) -> R {
     let in_flight = InFlight::enter();
-    py.detach(|| {
+    // The closure only borrows `in_flight`: moved into it, the count would
+    // drop when the closure returns, before the thread re-attaches, and
+    // exiting could begin finalizing while the thread waits for the GIL.
+    let in_flight = &in_flight;
+    py.detach(move || {
         let outcome = body();
         if must_not_attach() {
             give_back(outcome);
@@ -127,9 +133,11 @@ fn detach_unless_exiting<R: Send>(
     })
 }
 
-/// Set once the interpreter starts exiting, to the exiting thread: every
-/// other thread checks it instead of attaching.
-static EXITING: Mutex<Option<ThreadId>> = Mutex::new(None);
+/// Set once the interpreter starts exiting, to the exiting process and
+/// thread: every other thread checks it instead of attaching. A child
+/// forked meanwhile (by a daemon thread) is not exiting: its threads
+/// attach as usual.
+static EXITING: Mutex<Option<(u32, ThreadId)>> = Mutex::new(None);
 /// Whether [`EXITING`] was set, read without its mutex on every poll.
 static EXIT_STARTED: AtomicBool = AtomicBool::new(false);
 /// This process's threads inside a detached call, as `pid << 32 | count`
@@ -151,7 +159,8 @@ const GIVE_UP_WITHIN: Duration = Duration::from_secs(2);
 /// on it and may take and release locks.
 #[pyfunction]
 pub(crate) fn before_exit(py: Python<'_>) {
-    *EXITING.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current().id());
+    *EXITING.lock().unwrap_or_else(|e| e.into_inner()) =
+        Some((std::process::id(), std::thread::current().id()));
     EXIT_STARTED.store(true, Ordering::Release);
     py.detach(|| {
         let give_up_at = Instant::now() + GIVE_UP_WITHIN;
@@ -162,16 +171,23 @@ pub(crate) fn before_exit(py: Python<'_>) {
 }
 
 /// Whether this thread must not attach again: the interpreter is exiting
-/// (or gone) and this is not the thread that finalizes it.
+/// (or gone) and this is not the thread that finalizes it. The exiting
+/// thread always may: Python clears `Py_IsInitialized` when finalization
+/// begins, before it runs the modules' finalizers on that thread, and a
+/// lockyard call from one of them must return, not park the thread that
+/// has to finish exiting.
 fn must_not_attach() -> bool {
-    if !interpreter_usable() {
-        return true;
+    if EXIT_STARTED.load(Ordering::Acquire) {
+        let exiting = *EXITING.lock().unwrap_or_else(|e| e.into_inner());
+        match exiting {
+            Some((pid, thread)) if pid == std::process::id() => {
+                return thread != std::thread::current().id();
+            }
+            // Forked while the parent exited: this process is not exiting.
+            _ => {}
+        }
     }
-    if !EXIT_STARTED.load(Ordering::Acquire) {
-        return false;
-    }
-    let exiting = *EXITING.lock().unwrap_or_else(|e| e.into_inner());
-    exiting != Some(std::thread::current().id())
+    !interpreter_usable()
 }
 
 /// One thread's detached call, counted in [`IN_FLIGHT`] until dropped.
@@ -183,9 +199,10 @@ impl InFlight {
         InFlight
     }
 
-    /// Leaves the count and parks this thread until the process ends.
-    fn leave_for_good(self) -> ! {
-        drop(self);
+    /// Leaves the count and parks this thread until the process ends (the
+    /// count is left here: the owner's drop never runs).
+    fn leave_for_good(&self) -> ! {
+        in_flight(-1);
         loop {
             std::thread::park();
         }
@@ -248,13 +265,15 @@ fn finish<R>(py: Python<'_>, outcome: lockyard::Result<R>) -> PyResult<R> {
 impl<T: Send + Sync> Drop for Unlocked<T> {
     /// Dropping a core lock gives back what this process still holds, a
     /// network round trip: detach for it too, unless the interpreter is
-    /// already shutting down (then nothing else can run anyway).
+    /// already shutting down (then nothing else can run anyway). Counted
+    /// in flight like every detached call: a daemon thread's drop that
+    /// returns while the interpreter exits parks instead of attaching.
     fn drop(&mut self) {
         // SAFETY: `inner` is taken exactly once, here, and never used again.
         let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
         let dropping = move || drop(inner);
         // If attaching is impossible, try_attach drops the closure unrun,
         // and with it `inner`, on this thread.
-        Python::try_attach(|py| py.detach(dropping));
+        Python::try_attach(|py| detach_unless_exiting(py, dropping, drop));
     }
 }
