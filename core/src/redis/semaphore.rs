@@ -529,7 +529,12 @@ impl Semaphore {
             let s = &self.shared;
             let mut failures = 0;
             let renewed: Vec<i64> = loop {
-                let outcome = s.route.run("refresh", COMMAND_TIMEOUT, |conn| {
+                // No try can succeed after the handoff window: none may
+                // outlast it.
+                let window = valid_until
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(100));
+                let outcome = s.route.run("refresh", window, |conn| {
                     prepare(&SCRIPTS.refresh, &s.keys, s.shape.limit())
                         .arg(token)
                         .arg(s.lease.ttl_ms())
@@ -538,7 +543,7 @@ impl Semaphore {
                 match outcome {
                     Err(e) => {
                         failures += 1;
-                        if failures >= s.lease.max_refresh_fails {
+                        if failures >= s.lease.max_refresh_fails || Instant::now() >= valid_until {
                             return Err(e);
                         }
                         std::thread::sleep(first_refresh_retry(&s.lease));
