@@ -162,13 +162,14 @@ impl Round {
     }
 
     /// Blocks until `quorum` nodes said yes, a quorum of answers ruled that
-    /// out, every answer is in, or `deadline` passed; the caller tells
+    /// out, every answer is in, or `deadline` passed (None: no deadline;
+    /// every request ends by its request timeout); the caller tells
     /// "denied" (a quorum answered) from "too few reachable" by the tally.
     /// `interrupted` is polled at least every 50 ms, never while the
     /// round's mutex is held.
     pub(crate) fn wait(
         &self,
-        deadline: Instant,
+        deadline: Option<Instant>,
         interrupted: &dyn Fn() -> bool,
         quorum: usize,
     ) -> std::result::Result<Tally, Interrupted> {
@@ -177,7 +178,7 @@ impl Round {
         state.quorum = quorum;
         loop {
             let now = tally(&state.answers);
-            if now.decides(quorum) || Instant::now() >= deadline {
+            if now.decides(quorum) || deadline.is_some_and(|at| Instant::now() >= at) {
                 return Ok(now);
             }
             if Instant::now() >= next_poll {
@@ -190,7 +191,7 @@ impl Round {
                 continue;
             }
             let left = deadline
-                .min(next_poll)
+                .map_or(next_poll, |at| at.min(next_poll))
                 .saturating_duration_since(Instant::now());
             state = self
                 .changed

@@ -2,7 +2,8 @@
 //! Redis servers, with leases, refresh, health and fencing.
 //!
 //! An attempt asks every node at once and waits until a quorum granted, a
-//! quorum became impossible, or the attempt's deadline passed. Without
+//! quorum became impossible, or the attempt's deadline passed (past it only
+//! while too few answers are in to tell, see `attempt`). Without
 //! quorum, everything granted is released (late grants by the tasks that
 //! get them, see `fanout.rs`) and the next attempt follows after a jittered
 //! backoff. A write needs a strict majority, n/2+1; a read ⌈n/2⌉: a write
@@ -175,7 +176,19 @@ impl Quorum {
             Some(request.clone()),
             |node| acquire(node, request.clone()),
         );
-        let outcome = round.wait(deadline, interrupted, quorum);
+        let mut outcome = round.wait(Some(deadline), interrupted, quorum);
+        if let Ok(tally) = outcome {
+            // Cut with too few answers in to tell a busy lock from nodes
+            // that are down: answers on their way are from nodes not yet
+            // known to be down (a slow link, a first connection), so wait
+            // on for them. Each request fails by its own timeout at the
+            // latest; the caller's deadline, if it comes first, makes the
+            // attempt a timeout, never "too few reachable".
+            if tally.yes < quorum && tally.pending > 0 && tally.answered() < quorum {
+                let until = give_up_at.map(|at| at.max(deadline));
+                outcome = round.wait(until, interrupted, quorum);
+            }
+        }
         let Ok(tally) = outcome else {
             self.release_granted(&request, &round.close());
             return Err(Error::Interrupted(self.describe(mode)));
@@ -184,12 +197,15 @@ impl Quorum {
             let candidate = round.granted().iter().map(|&(_, v)| v).max().unwrap_or(0);
             return Ok(Some(self.hold(request, round, candidate, sent)));
         }
+        // Grants recorded from here on are released by their own tasks.
         self.release_granted(&request, &round.close());
         // Nodes that said no are up: a quorum of answers without a quorum
         // of grants is a busy lock, to wait for; fewer answers than a
-        // quorum (failures, or silence until the deadline) means too few
-        // nodes are reachable to ever grant it.
-        if tally.answered() < quorum {
+        // quorum once every node answered or failed (refused, or silent
+        // past its request timeout) means too few nodes are reachable to
+        // ever grant it. Answers still pending here mean the caller's
+        // deadline passed first: a timeout, like a denied attempt.
+        if tally.pending == 0 && tally.answered() < quorum {
             return Err(self.too_few_answered(mode, tally, &round));
         }
         Ok(None)
@@ -257,7 +273,7 @@ impl Quorum {
             as_answer(call(node))
         });
         let deadline = Instant::now() + self.attempt_timeout;
-        match round.wait(deadline, &|| false, quorum) {
+        match round.wait(Some(deadline), &|| false, quorum) {
             Ok(tally) => tally.yes,
             Err(_) => unreachable!("never interrupted"),
         }

@@ -166,13 +166,16 @@ fn grants_that_arrive_after_the_attempt_gave_up_are_released() {
     }
     let lock = lock_on(&nodes, Duration::from_secs(30));
     let started = Instant::now();
-    assert!(matches!(lock.write(None), Err(Error::Backend { .. })));
+    // Slow is not down: the caller's deadline ends the wait, as a timeout.
+    let got = lock.write(Some(Duration::from_millis(300)));
+    assert!(matches!(got, Err(Error::Timeout { .. })), "{:?}", got.err());
     assert!(
         started.elapsed() < Duration::from_millis(650),
         "the attempt has a deadline"
     );
+    // The late grants land at 700 ms; their releases, as slow, by 1.4 s.
     thread::sleep(Duration::from_millis(1000));
-    assert_eq!(grants(&nodes), [0; 5]);
+    eventually(|| grants(&nodes) == [0; 5]);
 }
 
 #[test]
