@@ -11,19 +11,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gcs_support::{FaithfulStore, Fault, Op};
-use lockyard::gcs::{Lock, LockBuilder};
+use gcs_support::{builder, FaithfulStore, Fault, Op};
 use lockyard::Error;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-fn builder(store: &Arc<FaithfulStore>) -> LockBuilder {
-    Lock::builder("faithful", "lock")
-        .store(store.clone())
-        .ttl(MS(1500))
-        .backoff_min(MS(20))
-        .backoff_max(MS(100))
-}
 
 /// Issue 21, case 3: a refresh lands but its reply is lost; the next
 /// refresh gets 412 and the read that would show the object is still ours

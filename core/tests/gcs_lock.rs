@@ -9,19 +9,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gcs_support::{FaithfulStore, Fault, Op};
+use gcs_support::{builder, FaithfulStore, Fault, Op};
 use lockyard::gcs::{Lock, LockBuilder, Store, StoreError};
 use lockyard::Error;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-fn builder(store: &Arc<FaithfulStore>) -> LockBuilder {
-    Lock::builder("faithful", "lock")
-        .store(store.clone())
-        .ttl(MS(1500))
-        .backoff_min(MS(20))
-        .backoff_max(MS(100))
-}
 
 #[test]
 fn uncontended_lock_and_unlock_is_one_create_and_one_delete() {

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lockyard::gcs::{LockObject, Metadata, Reply, Store, StoreError, StoreFuture, Version};
+use lockyard::gcs::{
+    Lock, LockBuilder, LockObject, Metadata, Reply, Store, StoreError, StoreFuture, Version,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -208,4 +210,13 @@ impl Store for FaithfulStore {
             Ok(())
         })
     }
+}
+
+/// A lock named "lock" on `store`: ttl 1.5 s, backoff 20 to 100 ms.
+pub fn builder(store: &Arc<FaithfulStore>) -> LockBuilder {
+    Lock::builder("faithful", "lock")
+        .store(store.clone())
+        .ttl(Duration::from_millis(1500))
+        .backoff_min(Duration::from_millis(20))
+        .backoff_max(Duration::from_millis(100))
 }
