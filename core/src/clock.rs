@@ -11,25 +11,57 @@ use std::time::{Duration, Instant};
 /// A source of the current time, in nanoseconds from an arbitrary origin.
 pub(crate) trait Clock: Send + Sync + std::fmt::Debug {
     fn now(&self) -> Duration;
+}
 
-    /// `at` (taken with `Instant`) on this clock: as far from now as it is
-    /// from `Instant::now()`.
-    fn on_this_clock(&self, at: Instant) -> Duration {
-        let (now, instant_now) = (self.now(), Instant::now());
-        match at.checked_duration_since(instant_now) {
-            Some(ahead) => now + ahead,
-            None => now.saturating_sub(instant_now - at),
-        }
+/// A point in time on the boot clock: what every lease deadline, and the
+/// send time of every request that sets one, is measured in. Unlike
+/// `Instant`, the distance between two stamps includes any time the machine
+/// spent suspended in between, a request in flight during a suspend
+/// included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Stamp(Duration);
+
+impl Stamp {
+    pub(crate) fn now() -> Stamp {
+        Stamp(BOOT.now())
     }
 
-    /// The `Instant` that is as far from now as `at` is on this clock.
+    /// How long until this point; zero once it has passed.
+    pub(crate) fn left(self) -> Duration {
+        self.0.saturating_sub(BOOT.now())
+    }
+
+    pub(crate) fn has_passed(self) -> bool {
+        self.left().is_zero()
+    }
+
+    /// Seconds since the clock's origin, for arithmetic with a server's
+    /// clock (GCS `Date` headers).
     #[cfg(feature = "gcs")]
-    fn to_instant(&self, at: Duration) -> Instant {
-        let (now, instant_now) = (self.now(), Instant::now());
-        match at.checked_sub(now) {
-            Some(ahead) => instant_now + ahead,
-            None => instant_now.checked_sub(now - at).unwrap_or(instant_now),
-        }
+    pub(crate) fn as_secs_f64(self) -> f64 {
+        self.0.as_secs_f64()
+    }
+
+    #[cfg(feature = "gcs")]
+    pub(crate) fn from_secs_f64(seconds: f64) -> Stamp {
+        Stamp(Duration::try_from_secs_f64(seconds).unwrap_or_default())
+    }
+
+    pub(crate) fn nanos(self) -> u64 {
+        self.0.as_nanos() as u64
+    }
+
+    #[cfg(feature = "gcs")]
+    pub(crate) fn from_nanos(nanos: u64) -> Stamp {
+        Stamp(Duration::from_nanos(nanos))
+    }
+}
+
+impl std::ops::Add<Duration> for Stamp {
+    type Output = Stamp;
+
+    fn add(self, length: Duration) -> Stamp {
+        Stamp(self.0 + length)
     }
 }
 
@@ -99,11 +131,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn instants_map_to_the_same_distance_from_now() {
-        let ahead = BOOT.on_this_clock(Instant::now() + Duration::from_secs(5));
-        let left = ahead.saturating_sub(BOOT.now());
-        assert!(left > Duration::from_millis(4900) && left <= Duration::from_secs(5));
-        let behind = BOOT.on_this_clock(Instant::now() - Duration::from_secs(1));
-        assert!(behind < BOOT.now());
+    fn stamps_measure_time_left() {
+        let ahead = Stamp::now() + Duration::from_secs(5);
+        assert!(
+            ahead.left() > Duration::from_millis(4900) && ahead.left() <= Duration::from_secs(5)
+        );
+        assert!(!ahead.has_passed());
+        let now = Stamp::now();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(now.has_passed() && now.left().is_zero());
     }
 }

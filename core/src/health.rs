@@ -4,9 +4,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::clock::{Clock, BOOT};
+use crate::clock::{Clock, Stamp, BOOT};
 
 /// Shared between the holder and its refresher.
 #[derive(Debug)]
@@ -26,14 +26,14 @@ pub(crate) struct Health {
 }
 
 impl Health {
-    pub(crate) fn new(valid_until: Instant) -> Self {
+    pub(crate) fn new(valid_until: Stamp) -> Self {
         Self::on(&BOOT, valid_until)
     }
 
-    fn on(clock: &'static dyn Clock, valid_until: Instant) -> Self {
+    fn on(clock: &'static dyn Clock, valid_until: Stamp) -> Self {
         Health {
             lost: AtomicBool::new(false),
-            valid_until: AtomicU64::new(clock.on_this_clock(valid_until).as_nanos() as u64),
+            valid_until: AtomicU64::new(valid_until.nanos()),
             clock,
             reason: Mutex::new(None),
             failing: AtomicBool::new(false),
@@ -61,9 +61,8 @@ impl Health {
 
     /// When the lease surely lasts until, as last extended.
     #[cfg(feature = "gcs")]
-    pub(crate) fn valid_until(&self) -> Instant {
-        let at = Duration::from_nanos(self.valid_until.load(Ordering::Acquire));
-        self.clock.to_instant(at)
+    pub(crate) fn valid_until(&self) -> Stamp {
+        Stamp::from_nanos(self.valid_until.load(Ordering::Acquire))
     }
 
     fn now(&self) -> u64 {
@@ -107,9 +106,9 @@ impl Health {
         }
     }
 
-    pub(crate) fn extend(&self, valid_until: Instant) {
-        let at = self.clock.on_this_clock(valid_until).as_nanos() as u64;
-        self.valid_until.fetch_max(at, Ordering::AcqRel);
+    pub(crate) fn extend(&self, valid_until: Stamp) {
+        self.valid_until
+            .fetch_max(valid_until.nanos(), Ordering::AcqRel);
     }
 
     pub(crate) fn mark_lost(&self, reason: impl Into<String>) {
@@ -127,7 +126,7 @@ mod tests {
 
     #[test]
     fn healthy_until_the_lease_runs_out() {
-        let health = Health::new(Instant::now() + Duration::from_millis(30));
+        let health = Health::new(Stamp::now() + Duration::from_millis(30));
         assert!(health.is_healthy());
         std::thread::sleep(Duration::from_millis(40));
         assert!(!health.is_healthy());
@@ -137,7 +136,7 @@ mod tests {
     #[cfg(feature = "gcs")]
     #[test]
     fn failing_refreshes_make_it_unhealthy_until_one_lands_but_lost_stays_lost() {
-        let health = Health::new(Instant::now() + Duration::from_secs(60));
+        let health = Health::new(Stamp::now() + Duration::from_secs(60));
         health.set_failing(Some("3 refreshes in a row failed".into()));
         assert!(!health.is_healthy());
         assert_eq!(health.problem().unwrap(), "3 refreshes in a row failed");
@@ -152,7 +151,7 @@ mod tests {
     fn a_lease_that_ran_out_while_the_machine_slept_is_unhealthy_on_resume() {
         static CLOCK: crate::clock::testing::Suspendable =
             crate::clock::testing::Suspendable::new();
-        let health = Health::on(&CLOCK, Instant::now() + Duration::from_secs(30));
+        let health = Health::on(&CLOCK, Stamp::now() + Duration::from_secs(30));
         assert!(health.is_healthy());
         // Instant (CLOCK_MONOTONIC) stood still meanwhile; boot time did not.
         CLOCK.suspend_for(Duration::from_secs(31));
@@ -162,10 +161,10 @@ mod tests {
 
     #[test]
     fn lost_stays_lost_with_the_first_reason() {
-        let health = Health::new(Instant::now() + Duration::from_secs(60));
+        let health = Health::new(Stamp::now() + Duration::from_secs(60));
         health.mark_lost("taken over");
         health.mark_lost("second");
-        health.extend(Instant::now() + Duration::from_secs(120));
+        health.extend(Stamp::now() + Duration::from_secs(120));
         assert!(!health.is_healthy());
         assert_eq!(health.problem().unwrap(), "taken over");
     }

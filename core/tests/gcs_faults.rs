@@ -175,3 +175,76 @@ fn a_refused_clock_correction_leaves_the_new_holder_alone() {
         "the new holder's object stays"
     );
 }
+
+/// Until the lease runs out (every later refresh hanging until its request
+/// timeout, so no failure is counted), checks that the holder never says
+/// healthy while the server's clock already shows its object stale: while
+/// another holder could take it over.
+fn never_healthy_past_expiry(store: &FaithfulStore, lock: &lockyard::gcs::Lock) {
+    let started = Instant::now();
+    let mut healthy_samples = 0;
+    while started.elapsed() < Duration::from_secs(8) {
+        // The server's `Date` first: a lease healthy after it was live at it.
+        let date = store.now().floor();
+        let healthy = lock.healthy();
+        let expires_at = store.object().unwrap().expires_at.unwrap();
+        if !healthy {
+            assert!(healthy_samples > 0, "healthy after the faults");
+            return;
+        }
+        healthy_samples += 1;
+        assert!(
+            date <= expires_at,
+            "healthy while stale by the server's clock ({date} > {expires_at})"
+        );
+        thread::sleep(MS(10));
+    }
+    panic!("still healthy though no refresh landed for 8 s");
+}
+
+/// A lock whose refreshes give up after 3 s, and whose lease lasts 4 s.
+fn patient_lock(store: &Arc<FaithfulStore>) -> lockyard::gcs::Lock {
+    builder(store)
+        .ttl(Duration::from_secs(4))
+        .refresh_interval(MS(300))
+        .request_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap()
+}
+
+/// Issue 19, case 6: a refresh whose reply comes back 2 s late (the server
+/// stamped it at once). Taking the late `Date` for the server's clock of
+/// the moment the reply arrived makes the next `expires_at` 2 s early,
+/// while the holder counts its lease from when that write was sent.
+#[test]
+fn a_reply_delayed_2_s_never_leaves_the_holder_healthy_past_its_expiry() {
+    let store = FaithfulStore::new();
+    let lock = patient_lock(&store);
+    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    store.inject(Op::Update, Fault::LateReply(Duration::from_secs(2)), 1);
+    store.inject(Op::Update, Fault::Pass, 1);
+    store.inject(Op::Update, Fault::Slow(Duration::from_secs(10)), 100);
+    while store.updates.load(Ordering::SeqCst) < 2 {
+        thread::sleep(MS(5));
+    }
+    never_healthy_past_expiry(&store, &lock);
+}
+
+/// Issue 19, case 6: the server's clock 7.3 s behind ours, and a reply
+/// 1.5 s late: the first object is corrected, and from then on the
+/// holder's deadline follows the server's clock, never ours.
+#[test]
+fn a_skewed_server_and_a_late_reply_never_leave_the_holder_healthy_past_its_expiry() {
+    let store = FaithfulStore::new();
+    store.set_skew(-7.3);
+    let lock = patient_lock(&store);
+    store.inject(Op::Update, Fault::Pass, 1);
+    store.inject(Op::Update, Fault::LateReply(MS(1500)), 1);
+    store.inject(Op::Update, Fault::Pass, 1);
+    store.inject(Op::Update, Fault::Slow(Duration::from_secs(10)), 100);
+    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    while store.updates.load(Ordering::SeqCst) < 3 {
+        thread::sleep(MS(5));
+    }
+    never_healthy_past_expiry(&store, &lock);
+}

@@ -15,6 +15,7 @@ use super::clock::ServerClock;
 use super::refresh::{refresh_loop, write_if_ours};
 use super::retry::{sleep_interruptibly, SHORTEST_RETRY};
 use super::store::{Metadata, Reply, Store, StoreError, Version};
+use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::lease::Lease;
@@ -100,7 +101,7 @@ impl Holder {
     pub(crate) fn metadata(&self, identity: &str) -> Metadata {
         Metadata {
             identity: identity.to_owned(),
-            expires_at: self.clock.now() + self.lease.ttl.as_secs_f64(),
+            expires_at: self.clock.at_most_now() + self.lease.ttl.as_secs_f64(),
         }
     }
 
@@ -191,18 +192,24 @@ impl Holder {
     /// One create; None if the object exists.
     fn try_create(self: &Arc<Self>, attempt: &mut Attempt<'_>) -> Result<Option<Hold>> {
         let identity = attempt.identity;
-        let sent = Instant::now();
         let clock_was_known = self.clock.is_known();
-        let metadata = self.metadata(identity);
-        let written = metadata.expires_at;
+        // Each try writes an `expires_at` from when it is sent, so that
+        // retries do not eat into the lease; the last try is the one that
+        // landed.
+        let last_try = std::cell::Cell::new((Stamp::now(), 0.0));
         // Interrupted in a pause after a failed try, it may have landed.
         attempt.create_in_doubt = true;
         let created = self.call(
             "create",
-            || self.store.create(metadata.clone()),
+            || {
+                let metadata = self.metadata(identity);
+                last_try.set((Stamp::now(), metadata.expires_at));
+                self.store.create(metadata)
+            },
             attempt.retry_until,
             attempt.interrupted,
         )?;
+        let (sent, written) = last_try.get();
         // A request that failed for good after none failed transiently
         // created nothing.
         attempt.create_in_doubt = created.retried || created.result.is_ok();
@@ -212,17 +219,17 @@ impl Holder {
             Err(other) => return Err(self.backend("create", other.to_string())),
         };
         let mut version = reply.value.version;
-        let mut sent = sent;
+        let mut deadline = self.deadline(written, sent);
         // The first request of this lock wrote `expires_at` by the local
-        // clock. If the server's differs, others may find the object stale
-        // already: correct it before counting it as ours. Whichever of this
-        // write and a waiter's delete lands first makes the other fail. If
-        // the correction cannot be made, the object is given back (by the
-        // caller's clean-up, as `create_in_doubt` stays set), never kept
-        // unrefreshed until its TTL.
-        let off = (self.clock.now() + self.lease.ttl.as_secs_f64() - written).abs();
-        if !clock_was_known && off > 1.0 {
-            sent = Instant::now();
+        // wall clock. If the server's differs, others may find the object
+        // stale already (or wait for it too long): correct it before
+        // counting it as ours. Whichever of this write and a waiter's delete
+        // lands first makes the other fail. If the correction cannot be
+        // made, the object is given back (by the caller's clean-up, as
+        // `create_in_doubt` stays set), never kept unrefreshed until its TTL.
+        let off = deadline.as_secs_f64() - (sent + self.lease.ttl).as_secs_f64();
+        if !clock_was_known && off.abs() > 1.0 {
+            let sent = Stamp::now();
             let corrected = self.call(
                 "refresh",
                 || write_if_ours(self, identity, version),
@@ -230,7 +237,10 @@ impl Holder {
                 attempt.interrupted,
             )?;
             match self.answered("refresh", corrected)? {
-                Ok(reply) => version = reply.value.version,
+                Ok(reply) => {
+                    version = reply.value.version;
+                    deadline = self.deadline(reply.value.expires_at.unwrap_or(0.0), sent);
+                }
                 // A read showed it gone or someone else's: nothing of ours is left.
                 Err(_) => {
                     attempt.create_in_doubt = false;
@@ -239,7 +249,7 @@ impl Holder {
             }
         }
         attempt.create_in_doubt = false;
-        Ok(Some(self.hold(identity, version, sent)))
+        Ok(Some(self.hold(identity, version, deadline)))
     }
 
     /// Reads the object after a failed create and clears it if it is ours
@@ -272,7 +282,9 @@ impl Holder {
             self.delete_version(object.version, attempt.retry_until, attempt.interrupted)?;
             return Ok(Look::Free);
         }
-        let server_now = reply.server_time.unwrap_or_else(|| self.clock.now());
+        let server_now = reply
+            .server_time
+            .unwrap_or_else(|| self.clock.at_least_now());
         let expires_at = object.expires_at.unwrap_or(f64::NEG_INFINITY);
         if server_now > expires_at {
             self.log(log::Level::Warn, || "Lock is stale. Resetting lock".into());
@@ -350,11 +362,7 @@ impl Holder {
     pub(crate) fn release(&self, hold: Hold, interrupted: &dyn Fn() -> bool) -> Result<bool> {
         let identity = hold.identity.clone();
         let was_healthy = hold.health.is_healthy();
-        let until = Some(
-            hold.health
-                .valid_until()
-                .max(Instant::now() + SHORTEST_RETRY),
-        );
+        let until = Some(Instant::now() + hold.health.valid_until().left().max(SHORTEST_RETRY));
         let mut version = hold.stop();
         let mut delete_may_have_landed = false;
         // Twice at most: a refresh whose reply was lost may have moved the
@@ -413,8 +421,8 @@ impl Holder {
         }
     }
 
-    fn hold(self: &Arc<Self>, identity: &str, version: Version, sent: Instant) -> Hold {
-        let health = Arc::new(Health::new(sent + self.lease_margin()));
+    fn hold(self: &Arc<Self>, identity: &str, version: Version, deadline: Stamp) -> Hold {
+        let health = Arc::new(Health::new(deadline));
         let generation = version.generation;
         let version = Arc::new(tokio::sync::Mutex::new(version));
         let refresher = runtime::spawn(refresh_loop(
@@ -432,12 +440,16 @@ impl Holder {
         }
     }
 
-    /// How long after sending a write the hold surely lasts: the TTL less
-    /// the error of our estimate of the server's clock (half a second of
-    /// `Date` rounding), so others never find it stale while we think it live.
-    pub(crate) fn lease_margin(&self) -> Duration {
-        let ttl = self.lease.ttl;
-        ttl - (ttl / 10).min(Duration::from_millis(500))
+    /// Until when a write sent at `sent` that set `expires_at` to `written`
+    /// (server time) surely keeps the object ours: until the server's
+    /// clock, at its fastest by the replies seen, reaches `written`. Without
+    /// any dated reply (a server sending no `Date`), the TTL from the send
+    /// less a margin for clocks that nearly agree.
+    pub(crate) fn deadline(&self, written: f64, sent: Stamp) -> Stamp {
+        self.clock.deadline(written).unwrap_or_else(|| {
+            let ttl = self.lease.ttl;
+            sent + (ttl - (ttl / 10).min(Duration::from_millis(500)))
+        })
     }
 
     pub(crate) fn record_refresh_error(&self, message: &str) {

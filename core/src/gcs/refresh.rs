@@ -2,11 +2,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::holder::Holder;
 use super::retry::RETRY_FIRST_WAIT;
-use super::store::{LockObject, Reply, StoreError, Version};
+use super::store::{LockObject, Metadata, Reply, StoreError, Version};
+use crate::clock::Stamp;
 use crate::health::Health;
 
 const TAKEN_OVER: &str =
@@ -34,13 +35,14 @@ pub(crate) async fn refresh_loop(
         // the pauses between retries.
         let mut current = version.lock().await;
         holder.log(log::Level::Info, || "Refreshing lock".into());
-        let sent = Instant::now();
+        let sent = Stamp::now();
         match write_if_ours(&holder, &identity, *current).await {
             Ok(reply) => {
                 *current = reply.value.version;
                 failures = 0;
                 wait = lease.refresh_every;
-                health.extend(sent + holder.lease_margin());
+                let written = reply.value.expires_at.unwrap_or(0.0);
+                health.extend(holder.deadline(written, sent));
                 health.set_failing(None);
                 holder.log(log::Level::Debug, || {
                     format!(
@@ -64,7 +66,7 @@ pub(crate) async fn refresh_loop(
             Err(failure) => {
                 failures += 1;
                 holder.record_refresh_error(&failure.to_string());
-                if Instant::now() >= health.valid_until() {
+                if health.valid_until().has_passed() {
                     holder.log(log::Level::Error, || {
                         format!("Lock refresh failed {failures} times, until its lease ran out. Declaring lock as unhealthy")
                     });
@@ -85,43 +87,42 @@ pub(crate) async fn refresh_loop(
                 // later than the next regular refresh.
                 wait = (RETRY_FIRST_WAIT * 2u32.saturating_pow(failures - 1))
                     .min(lease.refresh_every)
-                    .min(
-                        health
-                            .valid_until()
-                            .saturating_duration_since(Instant::now()),
-                    );
+                    .min(health.valid_until().left());
             }
         }
     }
 }
 
 /// Writes a fresh `expires_at` if the object is still the one this
-/// identity created. Err(PreconditionFailed): a read showed another
-/// holder's object; Err(NotFound): the object is gone; other errors: the
-/// server could not be asked, and nothing is known.
+/// identity created; the object returned carries the `expires_at` written.
+/// Err(PreconditionFailed): a read showed another holder's object;
+/// Err(NotFound): the object is gone; other errors: the server could not be
+/// asked, and nothing is known.
 pub(crate) async fn write_if_ours(
     holder: &Holder,
     identity: &str,
     expected: Version,
 ) -> Result<Reply<LockObject>, StoreError> {
     let metadata = holder.metadata(identity);
-    let timeout = holder.request_timeout;
-    let written = with_timeout(timeout, holder.store.update(expected, metadata.clone())).await;
+    let written = ask(holder, holder.store.update(expected, metadata.clone())).await;
     if !matches!(written, Err(StoreError::PreconditionFailed)) {
-        return observed(holder, written);
+        return with_expiry(written, &metadata);
     }
     // A 412 proves only that the metageneration moved: an earlier write of
     // ours may have landed without its reply. Only a read tells.
-    let read = observed(holder, with_timeout(timeout, holder.store.get()).await)?;
+    let read = ask(holder, holder.store.get()).await?;
     match read.value {
         None => Err(StoreError::NotFound),
         Some(object)
             if object.version.generation == expected.generation
                 && object.identity.as_deref() == Some(identity) =>
         {
-            let written =
-                with_timeout(timeout, holder.store.update(object.version, metadata)).await;
-            match observed(holder, written) {
+            let written = ask(
+                holder,
+                holder.store.update(object.version, metadata.clone()),
+            )
+            .await;
+            match with_expiry(written, &metadata) {
                 // Changed again between our read and write: ask again later.
                 Err(StoreError::PreconditionFailed) => Err(StoreError::Transient(
                     "the lock object changed between reading and refreshing it".into(),
@@ -133,14 +134,28 @@ pub(crate) async fn write_if_ours(
     }
 }
 
-fn observed<T>(
+/// One request with the request timeout; a dated reply teaches the clock.
+async fn ask<T>(
     holder: &Holder,
-    outcome: Result<Reply<T>, StoreError>,
+    request: impl Future<Output = Result<Reply<T>, StoreError>>,
 ) -> Result<Reply<T>, StoreError> {
+    let sent = Stamp::now();
+    let outcome = with_timeout(holder.request_timeout, request).await;
     if let Ok(reply) = &outcome {
-        holder.clock.observe(reply.server_time);
+        holder.clock.observe(sent, Stamp::now(), reply.server_time);
     }
     outcome
+}
+
+/// A written object as we wrote it, whatever the reply echoed.
+fn with_expiry(
+    written: Result<Reply<LockObject>, StoreError>,
+    metadata: &Metadata,
+) -> Result<Reply<LockObject>, StoreError> {
+    written.map(|mut reply| {
+        reply.value.expires_at = Some(metadata.expires_at);
+        reply
+    })
 }
 
 /// A store operation that takes longer than `limit` counts as transient.

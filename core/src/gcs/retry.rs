@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::holder::Holder;
 use super::refresh::with_timeout;
 use super::store::{Reply, StoreError};
+use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::runtime;
 
@@ -48,10 +49,11 @@ impl Holder {
         let mut wait = RETRY_FIRST_WAIT;
         let mut retried = false;
         loop {
+            let sent = Stamp::now();
             let outcome = runtime::block_on(with_timeout(self.request_timeout, request()));
             let message = match outcome {
                 Ok(reply) => {
-                    self.clock.observe(reply.server_time);
+                    self.clock.observe(sent, Stamp::now(), reply.server_time);
                     return Ok(Answer {
                         result: Ok(reply),
                         retried,

@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 
 use super::fanout::{ask_all, Round, Tally};
 use super::node::{acquire, release, Mode, NetLocker, Reply, Request};
+use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::identity::random_hex;
@@ -165,6 +166,8 @@ impl Quorum {
         let quorum = self.quorum(mode);
         let request = self.request(mode, identity);
         let sent = Instant::now();
+        // The lease is measured from here, on the clock that counts a suspend.
+        let lease_start = Stamp::now();
         let mut deadline = sent + self.attempt_timeout;
         if let Some(at) = give_up_at {
             deadline = deadline.min(at.max(sent + MIN_ATTEMPT));
@@ -195,7 +198,7 @@ impl Quorum {
         };
         if tally.yes >= quorum {
             let candidate = round.granted().iter().map(|&(_, v)| v).max().unwrap_or(0);
-            return Ok(Some(self.hold(request, round, candidate, sent)));
+            return Ok(Some(self.hold(request, round, candidate, lease_start)));
         }
         // Grants recorded from here on are released by their own tasks.
         self.release_granted(&request, &round.close());
@@ -284,7 +287,7 @@ impl Quorum {
         request: Arc<Request>,
         round: Arc<Round>,
         candidate: u64,
-        sent: Instant,
+        sent: Stamp,
     ) -> Hold {
         let health = Arc::new(Health::new(sent + self.lease.ttl));
         let refresher = runtime::spawn(refresh_loop(
@@ -378,7 +381,7 @@ async fn refresh_loop(
     let mut failures = 0;
     loop {
         tokio::time::sleep(lease.refresh_every).await;
-        let sent = Instant::now();
+        let sent = Stamp::now();
         let targets: Vec<usize> = round.granted().iter().map(|&(i, _)| i).collect();
         let outcomes = ask_all(&quorum.nodes, &targets, quorum.request_timeout, |node| {
             node.refresh(request.clone())

@@ -13,6 +13,7 @@ use super::keys::Keys;
 use super::scripts::{prepare, SCRIPTS};
 use super::server::{OnSignal, Route, COMMAND_TIMEOUT};
 use super::session::{Binding, Membership};
+use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::identity::random_hex;
@@ -156,12 +157,12 @@ impl Hold {
 /// to agree, only to run at the same rate for a few seconds.
 #[derive(Clone, Copy)]
 struct ClockPair {
-    sent: Instant,
+    sent: Stamp,
     server_ms: i64,
 }
 
 impl ClockPair {
-    fn local(&self, server_ms: i64) -> Instant {
+    fn local(&self, server_ms: i64) -> Stamp {
         let ahead = Duration::from_millis((server_ms - self.server_ms).max(0) as u64);
         self.sent + ahead
     }
@@ -171,7 +172,7 @@ enum Attempt {
     Granted(Hold),
     Queued {
         clock: ClockPair,
-        earliest_expiry: Instant,
+        earliest_expiry: Stamp,
     },
 }
 
@@ -266,7 +267,7 @@ impl Semaphore {
                 } => (clock, earliest_expiry),
             };
             let mut listen_until =
-                (Instant::now() + RECHECK).min(earliest_expiry + Duration::from_millis(1));
+                Instant::now() + RECHECK.min(earliest_expiry.left() + Duration::from_millis(1));
             if let Some(at) = give_up_at {
                 listen_until = listen_until.min(at);
             }
@@ -281,7 +282,7 @@ impl Semaphore {
 
     fn attempt(&self, token: &str, meta: &str, waiter_lease: Duration) -> Result<Attempt> {
         let s = &self.shared;
-        let sent = Instant::now();
+        let sent = Stamp::now();
         let reply: Vec<i64> = s.route.run("acquire", COMMAND_TIMEOUT, |conn| {
             prepare(&SCRIPTS.acquire, &s.keys, s.shape.limit())
                 .arg(token)
@@ -501,13 +502,7 @@ impl Semaphore {
         })
     }
 
-    fn hold(
-        &self,
-        token: &str,
-        fence: u64,
-        valid_until: Instant,
-        refresh_now: bool,
-    ) -> Result<Hold> {
+    fn hold(&self, token: &str, fence: u64, valid_until: Stamp, refresh_now: bool) -> Result<Hold> {
         let Some(binding) = &self.shared.binding else {
             let health = Arc::new(Health::new(valid_until));
             let refresher = runtime::spawn(refresh_loop(
@@ -531,9 +526,7 @@ impl Semaphore {
             let renewed: Vec<i64> = loop {
                 // No try can succeed after the handoff window: none may
                 // outlast it.
-                let window = valid_until
-                    .saturating_duration_since(Instant::now())
-                    .max(Duration::from_millis(100));
+                let window = valid_until.left().max(Duration::from_millis(100));
                 let outcome = s.route.run("refresh", window, |conn| {
                     prepare(&SCRIPTS.refresh, &s.keys, s.shape.limit())
                         .arg(token)
@@ -543,7 +536,7 @@ impl Semaphore {
                 match outcome {
                     Err(e) => {
                         failures += 1;
-                        if failures >= s.lease.max_refresh_fails || Instant::now() >= valid_until {
+                        if failures >= s.lease.max_refresh_fails || valid_until.has_passed() {
                             return Err(e);
                         }
                         std::thread::sleep(first_refresh_retry(&s.lease));
@@ -606,7 +599,7 @@ async fn refresh_loop(shared: Arc<Shared>, token: String, health: Arc<Health>, m
             tokio::time::sleep(pause).await;
         }
         due_now = false;
-        let sent = Instant::now();
+        let sent = Stamp::now();
         let outcome = refresh_once(&shared, &token).await;
         match outcome {
             Ok(true) => {

@@ -19,12 +19,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
 use super::semaphore::Member;
 use super::server::{server, Route, COMMAND_TIMEOUT};
+use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::holds::{Holds, ProcessHolds};
@@ -134,7 +135,7 @@ impl SessionBuilder {
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let id = random_hex(16);
         let key = format!("lockyard:session:{{{id}}}");
-        let sent = Instant::now();
+        let sent = Stamp::now();
         route.run("create session", COMMAND_TIMEOUT, |conn| {
             redis::cmd("SET")
                 .arg(&key)
@@ -435,7 +436,7 @@ async fn renew_loop(state: Arc<SessionState>) {
     let mut failures = 0u32;
     loop {
         tokio::time::sleep(if failures == 0 { ttl / 2 } else { ttl / 10 }).await;
-        let sent = Instant::now();
+        let sent = Stamp::now();
         match renew_once(&state).await {
             Ok(None) => {
                 failures = 0;

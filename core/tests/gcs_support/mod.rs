@@ -30,6 +30,11 @@ pub enum Fault {
     LoseReply,
     /// Answers after this long.
     Slow(Duration),
+    /// Applied at once, with the server's clock of that moment in `Date`,
+    /// but the reply takes this long to come back.
+    LateReply(Duration),
+    /// No fault: lets a later fault in the queue hit a later request.
+    Pass,
 }
 
 #[derive(Default)]
@@ -143,10 +148,14 @@ impl FaithfulStore {
             }
             let now = self.now();
             let value = apply(&mut self.state.lock().unwrap(), now)?;
-            if matches!(fault, Some(Fault::LoseReply)) {
-                return Err(StoreError::Transient(
-                    "connection reset by peer (after the write)".into(),
-                ));
+            match fault {
+                Some(Fault::LoseReply) => {
+                    return Err(StoreError::Transient(
+                        "connection reset by peer (after the write)".into(),
+                    ))
+                }
+                Some(Fault::LateReply(delay)) => tokio::time::sleep(delay).await,
+                _ => {}
             }
             Ok(Reply {
                 value,
