@@ -139,3 +139,179 @@ fn a_session_keeps_and_frees_locks_on_every_node() {
         );
     }
 }
+
+/// A name whose slot the master at `port` serves, or does not serve.
+fn name_served(cluster: &RedisCluster, prefix: &str, port: u16, served: bool) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|name| (cluster.node_of(&holders_key(name)) == port) == served)
+        .unwrap()
+}
+
+fn holders_key(name: &str) -> String {
+    format!("lockyard:{{{name}}}:holders")
+}
+
+/// Another master than the one serving `key`.
+fn other_master(cluster: &RedisCluster, key: &str) -> u16 {
+    let serving = cluster.node_of(key);
+    *cluster.masters().iter().find(|&&p| p != serving).unwrap()
+}
+
+/// Keys left on every node, but for fencing counters (they expire later).
+fn lasting_keys(cluster: &RedisCluster) -> Vec<String> {
+    let mut keys = Vec::new();
+    for port in cluster.masters() {
+        let found: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query(&mut cluster.connection(port))
+            .unwrap();
+        keys.extend(found.into_iter().filter(|k| !k.ends_with(":fence")));
+    }
+    keys
+}
+
+#[test]
+fn held_locks_slots_and_sessions_survive_a_slot_migration() {
+    let cluster = RedisCluster::start();
+    let seed = cluster.ports()[0];
+    let url = cluster.url_of(seed);
+    let ttl = Duration::from_millis(900);
+    let lock_name = name_served(&cluster, "moved-lock", seed, false);
+    let group_name = name_served(&cluster, "moved-group", seed, true);
+    let member_name = name_served(&cluster, "moved-member", seed, false);
+    let lock = Lock::builder(&url, &lock_name).ttl(ttl).build().unwrap();
+    let group = WaitGroup::builder(&url, &group_name, 2)
+        .ttl(ttl)
+        .build()
+        .unwrap();
+    let session = Session::builder(&url).ttl(ttl).build().unwrap();
+    let session_key = format!("lockyard:session:{{{}}}", session.id());
+    let member = Lock::builder(&url, &member_name)
+        .session(&session)
+        .build()
+        .unwrap();
+    lock.acquire_interruptibly(Some(Duration::ZERO), &|| false)
+        .unwrap();
+    let slots = [group.acquire(None).unwrap(), group.acquire(None).unwrap()];
+    assert!(member
+        .acquire_interruptibly(Some(Duration::ZERO), &|| false)
+        .unwrap());
+
+    for key in [
+        holders_key(&lock_name),
+        holders_key(&group_name),
+        holders_key(&member_name),
+        session_key,
+    ] {
+        let to = other_master(&cluster, &key);
+        cluster.move_slot_of(&key, to);
+        assert_eq!(cluster.node_of(&key), to);
+    }
+    // Well past the ttl: every refresh and renewal since the move had to
+    // find the new node.
+    std::thread::sleep(ttl * 2);
+    lock.check_health().unwrap();
+    assert!(lock.owned().unwrap());
+    slots.iter().for_each(|slot| slot.check_health().unwrap());
+    session.check_health().unwrap();
+    member.check_health().unwrap();
+
+    let rival_url = cluster.url(1);
+    let rival = Lock::builder(&rival_url, &lock_name).build().unwrap();
+    assert!(rival.try_acquire().unwrap().is_none(), "two holders");
+    let rival_group = WaitGroup::builder(&rival_url, &group_name, 2)
+        .build()
+        .unwrap();
+    assert!(rival_group.acquire(Some(Duration::ZERO)).is_err());
+    let rival_member = Lock::builder(&rival_url, &member_name).build().unwrap();
+    assert!(rival_member.try_acquire().unwrap().is_none(), "two holders");
+
+    assert!(lock.release().unwrap());
+    for slot in &slots {
+        assert!(group.done(slot.token()).unwrap());
+    }
+    drop(slots);
+    session.destroy().unwrap();
+    assert_eq!(lasting_keys(&cluster), Vec::<String>::new());
+}
+
+#[test]
+fn a_half_finished_migration_is_followed_by_ask() {
+    let cluster = RedisCluster::start();
+    let seed = cluster.ports()[0];
+    let url = cluster.url_of(seed);
+    // Sessions: one key, which the target serves once ASKING comes first.
+    let session = Session::builder(&url)
+        .ttl(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let session_key = format!("lockyard:session:{{{}}}", session.id());
+    let (slot, from) = (cluster.slot_of(&session_key), cluster.node_of(&session_key));
+    let to = other_master(&cluster, &session_key);
+    cluster.begin_migration(slot, from, to);
+    cluster.migrate_keys(from, to, &[&session_key]);
+    // Renewed every 300 ms: only a renewal that follows ASK keeps it.
+    std::thread::sleep(Duration::from_millis(1500));
+    session.check_health().unwrap();
+    cluster.finish_migration(slot, to);
+
+    // A lock's scripts name all its keys, some of which never exist, so a
+    // half-moved slot answers them TRYAGAIN: a refresh waits it out (or
+    // fails and is tried again), whichever side of the move the keys are.
+    let name = name_served(&cluster, "half-moved", seed, false);
+    let lock = Lock::builder(&url, &name)
+        .ttl(Duration::from_secs(6))
+        .build()
+        .unwrap();
+    let guard = lock.acquire(Some(Duration::from_secs(2))).unwrap();
+    let key = holders_key(&name);
+    let (slot, from) = (cluster.slot_of(&key), cluster.node_of(&key));
+    let to = other_master(&cluster, &key);
+    cluster.begin_migration(slot, from, to);
+    cluster.migrate_keys(from, to, &[&key]);
+    std::thread::sleep(Duration::from_millis(400));
+    cluster.migrate_slot_keys(slot, from, to);
+    std::thread::sleep(Duration::from_millis(400));
+    cluster.finish_migration(slot, to);
+    std::thread::sleep(Duration::from_millis(1500));
+    guard.check_health().unwrap();
+    assert!(lock.owned().unwrap());
+    let rival = Lock::builder(cluster.url(1), &name).build().unwrap();
+    assert!(rival.try_acquire().unwrap().is_none(), "two holders");
+    assert!(guard.release().unwrap());
+    session.destroy().unwrap();
+    assert_eq!(lasting_keys(&cluster), Vec::<String>::new());
+}
+
+#[test]
+fn a_held_lock_survives_its_master_failing_over() {
+    let mut cluster = RedisCluster::start_with_replicas(1);
+    let masters = cluster.masters();
+    let seed = masters[0];
+    let name = name_served(&cluster, "failover", seed, false);
+    let key = holders_key(&name);
+    let doomed = cluster.node_of(&key);
+    let url = cluster.url_of(seed);
+    let lock = Lock::builder(&url, &name)
+        .ttl(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let guard = lock.acquire(Some(Duration::from_secs(2))).unwrap();
+    // Made before the failover, and routed to the doomed master by then.
+    let late = Lock::builder(&url, &name).build().unwrap();
+    assert!(late.try_acquire().unwrap().is_none());
+
+    cluster.kill_master(doomed, &key);
+    // A refresh is due every 1.1 s: several must reach the new master.
+    std::thread::sleep(Duration::from_millis(2500));
+    guard.check_health().unwrap();
+    assert!(lock.owned().unwrap());
+    // Its route leads to the dead node: the seed shows it the new one.
+    assert!(late.try_acquire().unwrap().is_none(), "two holders");
+    let alive = *masters.iter().find(|&&p| p != doomed && p != seed).unwrap();
+    let rival = Lock::builder(cluster.url_of(alive), &name).build().unwrap();
+    assert!(rival.try_acquire().unwrap().is_none(), "two holders");
+    assert!(guard.release().unwrap());
+    assert!(rival.try_acquire().unwrap().is_some());
+}

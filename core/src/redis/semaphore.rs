@@ -639,11 +639,11 @@ fn first_refresh_retry(lease: &Lease) -> Duration {
 }
 
 /// One refresh of `token`'s lease by the shared TTL: Ok(false) when it was
-/// already lost. A failed connection is dropped so the next try reconnects.
+/// already lost. It follows the slot wherever the Cluster moved it; a
+/// failed connection is dropped so the next try reconnects.
 async fn refresh_once(shared: &Shared, token: &str) -> Result<bool> {
     let renewed: Vec<i64> = shared
         .route
-        .server()
         .in_background(
             "refresh",
             shared.lease.background_timeout(),

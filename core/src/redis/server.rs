@@ -6,10 +6,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Connection, ConnectionAddr, RedisError, RedisResult};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, Connection, ConnectionAddr, ErrorKind, Pipeline,
+    RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+};
 
 use crate::error::{Error, Result};
 
@@ -169,7 +172,7 @@ impl Server {
         let mut stale_retried = false;
         let mut interruptions = 0;
         loop {
-            let (mut conn, pooled) = self.checkout().map_err(Failure::Fatal)?;
+            let (mut conn, pooled) = self.checkout().map_err(Failure::Unreachable)?;
             conn.set_read_timeout(Some(read_timeout))
                 .map_err(|e| Failure::Fatal(self.error(operation, e)))?;
             match request(&mut conn) {
@@ -177,9 +180,9 @@ impl Server {
                     self.checkin(conn);
                     return Ok(value);
                 }
-                Err(e) if e.redirect_node().is_some() => {
+                Err(e) if is_cluster_reply(&e) => {
                     self.checkin(conn);
-                    return Err(Failure::Redirect(e));
+                    return Err(self.failure(operation, e));
                 }
                 Err(e) if interrupted_by_signal(&e) => match on_signal {
                     OnSignal::Report => return Err(Failure::Signal),
@@ -189,7 +192,7 @@ impl Server {
                 Err(e) if pooled && !stale_retried && e.is_connection_dropped() => {
                     stale_retried = true;
                 }
-                Err(e) => return Err(Failure::Fatal(self.error(operation, e))),
+                Err(e) => return Err(self.failure(operation, e)),
             }
         }
     }
@@ -219,32 +222,36 @@ impl Server {
         Ok(conn)
     }
 
-    /// Runs `call` on the background connection within `limit`. A call
-    /// that fails or runs out of time drops the connection, so the next
-    /// one (the caller's retry) starts on a fresh one: a connection gone
-    /// silent must not cost every later call its whole timeout too.
-    pub(crate) async fn in_background<T, F>(
+    /// Runs `call` on the background connection, giving up at `deadline`.
+    /// A call that fails or runs out of time drops the connection, so the
+    /// next one (the caller's retry) starts on a fresh one: a connection gone
+    /// silent must not cost every later call its whole timeout too. A
+    /// Cluster reply (a redirect, TRYAGAIN) leaves it: it answered.
+    async fn in_background<T, F>(
         &self,
         operation: &str,
-        limit: Duration,
+        deadline: Instant,
         call: impl FnOnce(MultiplexedConnection) -> F,
-    ) -> Result<T>
+    ) -> std::result::Result<T, Failure>
     where
-        F: std::future::Future<Output = redis::RedisResult<T>>,
+        F: std::future::Future<Output = RedisResult<T>>,
     {
-        let outcome = tokio::time::timeout(limit, async {
-            let conn = self.background().await?;
-            call(conn).await.map_err(|e| self.error(operation, e))
+        let outcome = tokio::time::timeout_at(deadline.into(), async {
+            let conn = self.background().await.map_err(Failure::Unreachable)?;
+            call(conn).await.map_err(|e| self.failure(operation, e))
         })
         .await
         .unwrap_or_else(|_| {
-            Err(Error::backend(
+            Err(Failure::Broken(Error::backend(
                 &self.name,
                 operation,
-                format!("no answer within {limit:?}"),
-            ))
+                "no answer in time",
+            )))
         });
-        if outcome.is_err() {
+        if matches!(
+            outcome,
+            Err(Failure::Unreachable(_) | Failure::Broken(_) | Failure::Fatal(_))
+        ) {
             self.drop_background();
         }
         outcome
@@ -261,6 +268,29 @@ impl Server {
     pub(crate) fn error(&self, operation: &str, e: RedisError) -> Error {
         Error::backend(&self.name, operation, e)
     }
+
+    fn failure(&self, operation: &str, e: RedisError) -> Failure {
+        if e.redirect_node().is_some() {
+            Failure::Redirect(e)
+        } else if is_cluster_reply(&e) {
+            Failure::Unsettled(self.error(operation, e))
+        } else if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+            Failure::Broken(self.error(operation, e))
+        } else {
+            Failure::Fatal(self.error(operation, e))
+        }
+    }
+}
+
+/// A Cluster node's answer about the slot rather than the request: it
+/// lives elsewhere (MOVED, ASK), its keys are mid-migration (TRYAGAIN), or
+/// a failed master's slots wait for a replica to take over (CLUSTERDOWN).
+fn is_cluster_reply(e: &RedisError) -> bool {
+    e.redirect_node().is_some()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown)
+        )
 }
 
 fn interrupted_by_signal(e: &RedisError) -> bool {
@@ -294,22 +324,52 @@ pub(crate) enum OnSignal {
 pub(crate) enum Failure {
     /// A Cluster node said the slot lives elsewhere (MOVED or ASK).
     Redirect(RedisError),
+    /// TRYAGAIN or CLUSTERDOWN: the slot is mid-migration or its master is
+    /// being replaced; the same request may succeed shortly.
+    Unsettled(Error),
     /// A signal cut it short, with [`OnSignal::Report`].
     Signal,
+    /// Never sent: the server could not be connected to.
+    Unreachable(Error),
+    /// Sent, but the connection failed or went silent before the answer.
+    Broken(Error),
     Fatal(Error),
 }
 
-/// The node that serves one lock's hash slot: the URL's server until a
-/// Cluster node redirects us, then the node it named. All keys of a lock
-/// share one hash tag, so one node serves all of them.
+/// How many nodes one request may visit (redirects and the seed fallback).
+const MAX_HOPS: usize = 5;
+/// First pause before repeating a request a Cluster node asked to retry.
+const UNSETTLED_PAUSE: Duration = Duration::from_millis(20);
+
+/// The node that serves one lock's hash slot: the URL's server (the seed)
+/// until a Cluster node redirects us, then the node it named. All keys of a
+/// lock share one hash tag, so one node serves all of them, and this route
+/// is all the slot map a lock needs.
+///
+/// Why not redis-rs's cluster client: it would add dependencies (crc16,
+/// rand) to follow what is, for us, one slot per lock; and its connection
+/// resends a request on any I/O error (EINTR and read timeouts included),
+/// which a release must not do (see [`OnSignal::Report`]), and keeps its
+/// timeouts per connection rather than per call.
 pub(crate) struct Route {
+    seed: Arc<Server>,
     current: Mutex<Arc<Server>>,
+}
+
+/// What one hop of a request came to, for the route to decide the next.
+enum Next {
+    /// Send it to this node (after ASKING if `asking`).
+    Hop(Arc<Server>, bool),
+    /// Send it to the same node again after a pause, unless that would
+    /// be too late: then end with the error.
+    Pause(Duration, Error),
 }
 
 impl Route {
     pub(crate) fn new(server: Arc<Server>) -> Self {
         Route {
-            current: Mutex::new(server),
+            current: Mutex::new(server.clone()),
+            seed: server,
         }
     }
 
@@ -320,8 +380,67 @@ impl Route {
             .clone()
     }
 
-    /// Runs `request`, following up to three Cluster redirects; a signal
-    /// that cuts it short sends it again.
+    fn set_current(&self, server: Arc<Server>) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = server;
+    }
+
+    /// Where to go after `server` failed with `failure`, or the error to
+    /// end the request with. `resendable`: the request may be sent again
+    /// after a failure in mid-request (it changes nothing the second time).
+    fn next(
+        &self,
+        server: &Arc<Server>,
+        failure: Failure,
+        resendable: bool,
+        unsettled: &mut u32,
+    ) -> Result<Next> {
+        match failure {
+            Failure::Redirect(e) => {
+                let (addr, _slot) = e.redirect_node().expect("a redirect names its node");
+                let target = server.redirected(addr)?;
+                let asking = e.kind() == ErrorKind::Server(ServerErrorKind::Ask);
+                if !asking {
+                    self.set_current(target.clone());
+                }
+                Ok(Next::Hop(target, asking))
+            }
+            Failure::Unsettled(e) => {
+                *unsettled += 1;
+                Ok(Next::Pause(UNSETTLED_PAUSE * (*unsettled).min(10), e))
+            }
+            Failure::Unreachable(e) | Failure::Broken(e) if Arc::ptr_eq(server, &self.seed) => {
+                Err(e)
+            }
+            // The node may be gone for good (a master failed over): the
+            // seed knows who serves the slot now, for this request if it
+            // was never sent or can be sent again, for the next one anyway.
+            Failure::Unreachable(_) => {
+                self.forget(server);
+                Ok(Next::Hop(self.seed.clone(), false))
+            }
+            Failure::Broken(e) => {
+                self.forget(server);
+                match resendable {
+                    true => Ok(Next::Hop(self.seed.clone(), false)),
+                    false => Err(e),
+                }
+            }
+            Failure::Signal => unreachable!("handled by the caller"),
+            Failure::Fatal(e) => Err(e),
+        }
+    }
+
+    /// Routes the next request via the seed, unless another one already
+    /// moved the route on from `server`.
+    fn forget(&self, server: &Arc<Server>) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::ptr_eq(&current, server) {
+            *current = self.seed.clone();
+        }
+    }
+
+    /// Runs `request`, following Cluster redirects; a signal that cuts it
+    /// short sends it again.
     pub(crate) fn run<T>(
         &self,
         operation: &str,
@@ -335,6 +454,7 @@ impl Route {
     /// Like [`Route::run`], but Ok(None) when a signal cut the request
     /// short, for requests whose repetition could mislead (release) or that
     /// should go back to checking the caller's interrupt first (a wait).
+    /// TRYAGAIN and CLUSTERDOWN are waited out for up to `read_timeout`.
     pub(crate) fn run_or_signal<T>(
         &self,
         operation: &str,
@@ -342,35 +462,125 @@ impl Route {
         on_signal: OnSignal,
         mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<Option<T>> {
-        let mut server = self.server();
-        let mut asking = false;
-        for _ in 0..4 {
+        let give_up_at = Instant::now() + read_timeout;
+        let resendable = on_signal == OnSignal::Repeat;
+        let (mut server, mut asking) = (self.server(), false);
+        let (mut hops, mut unsettled) = (1, 0);
+        loop {
             let outcome = server.run(operation, read_timeout, on_signal, |conn| {
                 if asking {
                     redis::cmd("ASKING").query::<()>(conn)?;
                 }
                 request(conn)
             });
-            match outcome {
+            let failure = match outcome {
                 Ok(value) => return Ok(Some(value)),
                 Err(Failure::Signal) => return Ok(None),
-                Err(Failure::Fatal(e)) => return Err(e),
-                Err(Failure::Redirect(e)) => {
-                    let (addr, _slot) = e.redirect_node().expect("a redirect names its node");
-                    let target = server.redirected(addr)?;
-                    asking = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Ask);
-                    if !asking {
-                        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = target.clone();
+                Err(failure) => failure,
+            };
+            match self.next(&server, failure, resendable, &mut unsettled)? {
+                Next::Hop(_, _) if hops == MAX_HOPS => {
+                    return Err(too_many_hops(&server, operation));
+                }
+                Next::Hop(target, ask) => {
+                    (server, asking, hops) = (target, ask, hops + 1);
+                }
+                Next::Pause(pause, e) => {
+                    if Instant::now() + pause >= give_up_at {
+                        return Err(e);
                     }
-                    server = target;
+                    std::thread::sleep(pause);
                 }
             }
         }
-        Err(Error::backend(
-            &server.name,
-            operation,
-            "too many Cluster redirects",
-        ))
+    }
+
+    /// The background counterpart of [`Route::run`] (refreshes, renewals):
+    /// runs `call` on the serving node's multiplexed connection, following
+    /// redirects and waiting out TRYAGAIN, all within `limit`. `call` must
+    /// be safe to repeat: a node that fails in mid-call is replaced by the
+    /// seed, and the call sent again.
+    pub(crate) async fn in_background<T, F>(
+        &self,
+        operation: &str,
+        limit: Duration,
+        call: impl Fn(Link) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+    {
+        let deadline = Instant::now() + limit;
+        let (mut server, mut asking) = (self.server(), false);
+        let (mut hops, mut unsettled) = (1, 0);
+        loop {
+            let failure = match server
+                .in_background(operation, deadline, |conn| call(Link { conn, asking }))
+                .await
+            {
+                Ok(value) => return Ok(value),
+                Err(failure) => failure,
+            };
+            match self.next(&server, failure, true, &mut unsettled)? {
+                Next::Hop(_, _) if hops == MAX_HOPS => {
+                    return Err(too_many_hops(&server, operation));
+                }
+                Next::Hop(target, ask) => {
+                    (server, asking, hops) = (target, ask, hops + 1);
+                }
+                Next::Pause(pause, e) => {
+                    if Instant::now() + pause >= deadline {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+}
+
+fn too_many_hops(server: &Server, operation: &str) -> Error {
+    Error::backend(
+        &server.name,
+        operation,
+        "no node served the slot after 5 tries (Cluster redirects, unreachable nodes)",
+    )
+}
+
+/// A background connection as one request's hop sees it: after an ASK
+/// redirect every command goes out as ASKING + command in one pipeline,
+/// so no other request on the multiplexed connection slips in between.
+/// A script invoked through it keeps redis-rs's NOSCRIPT fallback.
+pub(crate) struct Link {
+    conn: MultiplexedConnection,
+    asking: bool,
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        if !self.asking {
+            return self.conn.req_packed_command(cmd);
+        }
+        Box::pin(async move {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").ignore().add_command(cmd.clone());
+            let mut values = self.conn.req_packed_commands(&pipe, 1, 1).await?;
+            values.pop().ok_or_else(|| {
+                RedisError::from((ErrorKind::UnexpectedReturnType, "no reply after ASKING"))
+            })
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.conn.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
     }
 }
 

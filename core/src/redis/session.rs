@@ -468,7 +468,6 @@ async fn renew_loop(state: Arc<SessionState>) {
 async fn renew_once(state: &SessionState) -> Result<Option<String>> {
     let renewed: i64 = state
         .route
-        .server()
         .in_background(
             "renew session",
             state.lease.background_timeout(),

@@ -148,7 +148,13 @@ impl Drop for ClusterNode {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        let nodes: Vec<ClusterNode> = (0..3)
+        RedisCluster::start_with_replicas(0)
+    }
+
+    /// Three masters with `replicas` replicas each. Nodes count a silent
+    /// peer as failed after 1 s, so a replica takes over in about 2 s.
+    pub fn start_with_replicas(replicas: usize) -> RedisCluster {
+        let nodes: Vec<ClusterNode> = (0..3 * (1 + replicas))
             .map(|_| {
                 // The cluster bus listens on port + 10000.
                 let port = loop {
@@ -174,6 +180,10 @@ impl RedisCluster {
                         "yes",
                         "--cluster-config-file",
                         "nodes.conf",
+                        "--cluster-node-timeout",
+                        // Without replicas a node wrongly found failed (a busy
+                        // machine) would stop the cluster: keep the default.
+                        if replicas > 0 { "1000" } else { "15000" },
                     ])
                     .current_dir(&dir.0)
                     .stdout(Stdio::null())
@@ -208,21 +218,187 @@ impl RedisCluster {
         let status = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .status()
             .expect("redis-cli must be installed");
         assert!(status.success(), "redis-cli --cluster create failed");
-        for node in &cluster.nodes {
+        cluster.wait_until_ok(&cluster.ports());
+        if replicas > 0 {
+            // A replica can take over only once it has synced.
+            eventually(Duration::from_secs(20), "every replica is in sync", || {
+                cluster.ports().iter().all(|&port| {
+                    let info: String = redis::cmd("INFO")
+                        .arg("replication")
+                        .query(&mut cluster.connection(port))
+                        .unwrap_or_default();
+                    info.contains("role:master") || info.contains("master_link_status:up")
+                })
+            });
+        }
+        cluster
+    }
+
+    fn wait_until_ok(&self, ports: &[u16]) {
+        for &port in ports {
             eventually(Duration::from_secs(20), "the cluster is ok", || {
                 let info: String = redis::cmd("CLUSTER")
                     .arg("INFO")
-                    .query(&mut cluster.connection(node.port))
+                    .query(&mut self.connection(port))
                     .unwrap_or_default();
                 info.contains("cluster_state:ok")
             });
         }
-        cluster
+    }
+
+    pub fn url_of(&self, port: u16) -> String {
+        format!("redis://127.0.0.1:{port}")
+    }
+
+    /// The ports of the nodes that serve slots.
+    pub fn masters(&self) -> Vec<u16> {
+        self.ports()
+            .into_iter()
+            .filter(|&port| {
+                let role: Vec<redis::Value> = redis::cmd("ROLE")
+                    .query(&mut self.connection(port))
+                    .unwrap_or_default();
+                matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master")
+            })
+            .collect()
+    }
+
+    pub fn slot_of(&self, key: &str) -> u16 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.connection(self.ports()[0]))
+            .unwrap()
+    }
+
+    fn node_id(&self, port: u16) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.connection(port))
+            .unwrap()
+    }
+
+    /// Opens the move of `slot` from `from` to `to`: `to` imports it,
+    /// `from` migrates it; no key moves yet.
+    pub fn begin_migration(&self, slot: u16, from: u16, to: u16) {
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let setslot = |port: u16, state: &str, id: &str| {
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(state)
+                .arg(id)
+                .query::<()>(&mut self.connection(port))
+                .unwrap();
+        };
+        setslot(to, "IMPORTING", &from_id);
+        setslot(from, "MIGRATING", &to_id);
+    }
+
+    /// Moves `keys` (those that exist) of a migrating slot to `to`.
+    pub fn migrate_keys(&self, from: u16, to: u16, keys: &[&str]) {
+        let mut conn = self.connection(from);
+        let present: Vec<&str> = keys
+            .iter()
+            .copied()
+            .filter(|key| {
+                redis::cmd("EXISTS")
+                    .arg(key)
+                    .query(&mut conn)
+                    .unwrap_or(false)
+            })
+            .collect();
+        if present.is_empty() {
+            return;
+        }
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(to)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&present)
+            .query::<()>(&mut conn)
+            .unwrap();
+    }
+
+    /// Moves every key of a migrating slot to `to`.
+    pub fn migrate_slot_keys(&self, slot: u16, from: u16, to: u16) {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(1000)
+            .query(&mut self.connection(from))
+            .unwrap();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        self.migrate_keys(from, to, &keys);
+    }
+
+    /// Ends a migration: every master learns that `to` serves `slot`.
+    pub fn finish_migration(&self, slot: u16, to: u16) {
+        // The importing node takes the slot with a new config epoch, from
+        // the highest it knows of: unless it knows them all, a stale claim
+        // of the old owner can win back the slot (moves in quick succession
+        // leave epochs still spreading).
+        eventually(Duration::from_secs(10), "the epochs agree", || {
+            let epochs: std::collections::HashSet<String> = self
+                .masters()
+                .into_iter()
+                .map(|port| {
+                    let info: String = redis::cmd("CLUSTER")
+                        .arg("INFO")
+                        .query(&mut self.connection(port))
+                        .unwrap_or_default();
+                    info.lines()
+                        .find(|l| l.starts_with("cluster_current_epoch:"))
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect();
+            epochs.len() == 1
+        });
+        let to_id = self.node_id(to);
+        let mut masters = self.masters();
+        // The importing node first, as redis-cli does.
+        masters.sort_by_key(|&port| port != to);
+        for port in masters {
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&to_id)
+                .query::<()>(&mut self.connection(port))
+                .unwrap();
+        }
+    }
+
+    /// Moves the slot of `key`, with all its keys, to the master `to`.
+    pub fn move_slot_of(&self, key: &str, to: u16) {
+        let (slot, from) = (self.slot_of(key), self.node_of(key));
+        self.begin_migration(slot, from, to);
+        self.migrate_slot_keys(slot, from, to);
+        self.finish_migration(slot, to);
+    }
+
+    /// Kills the node at `port` and waits until a replica serves its slots.
+    pub fn kill_master(&mut self, port: u16, served_key: &str) {
+        let at = self.nodes.iter().position(|n| n.port == port).unwrap();
+        drop(self.nodes.remove(at));
+        let ports = self.ports();
+        eventually(Duration::from_secs(20), "a replica took over", || {
+            let mut conn = self.connection(ports[0]);
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut conn)
+                .unwrap_or_default();
+            info.contains("cluster_state:ok") && self.node_of(served_key) != port
+        });
     }
 
     pub fn ports(&self) -> Vec<u16> {
