@@ -180,6 +180,34 @@ mod tests {
         assert!(server(deadline.unwrap()) <= guess + 30.0);
     }
 
+    /// Review: replies from two frontends (a load balancer in front of the
+    /// store) whose clocks differ by 250 ms. The upper bound is the minimum
+    /// over all recent replies, so it is tight for the slower frontend only;
+    /// a rival whose read is answered by the faster one finds the object
+    /// stale (its `Date` > `expires_at`) while the holder is still inside its
+    /// deadline.
+    #[test]
+    fn replies_from_two_skewed_frontends_never_leave_the_holder_live_past_expiry() {
+        let clock = ServerClock::default();
+        let slow = |at: Stamp| at.as_secs_f64() + 1000.0;
+        let fast = |at: Stamp| at.as_secs_f64() + 1000.25;
+        let base = slow(Stamp::now()).floor();
+        // Zero-latency replies, the slow frontend's 0.99 s into its second.
+        let at = Stamp::from_secs_f64(base + 1.99 - 1000.0);
+        clock.observe(at, at, Some(slow(at).floor()));
+        clock.observe(at, at, Some(fast(at).floor()));
+        let expires_at = base + 30.9;
+        let deadline = clock.deadline(expires_at).unwrap();
+        // Just before the holder's deadline:
+        let live = Stamp::from_secs_f64(deadline.as_secs_f64() - 0.001);
+        assert!(slow(live).floor() <= expires_at);
+        assert!(
+            fast(live).floor() <= expires_at,
+            "healthy while the fast frontend dates {} > expires_at {expires_at}",
+            fast(live).floor()
+        );
+    }
+
     #[test]
     fn unknown_until_a_dated_reply() {
         let clock = ServerClock::default();
