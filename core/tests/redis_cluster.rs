@@ -315,3 +315,24 @@ fn a_held_lock_survives_its_master_failing_over() {
     assert!(guard.release().unwrap());
     assert!(rival.try_acquire().unwrap().is_some());
 }
+
+/// Review: as above, but the master that fails is the URL's own node (the
+/// seed). The route's only fallback is the seed, which is gone: refreshes
+/// cannot find the promoted replica, and the held lock is lost although
+/// the Cluster serves its keys again.
+#[test]
+fn a_held_lock_survives_the_seed_master_failing_over() {
+    let mut cluster = RedisCluster::start_with_replicas(1);
+    let seed = cluster.masters()[0];
+    let name = name_served(&cluster, "seedfail", seed, true);
+    let key = holders_key(&name);
+    let url = cluster.url_of(seed);
+    let lock = Lock::builder(&url, &name)
+        .ttl(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let guard = lock.acquire(Some(Duration::from_secs(2))).unwrap();
+    cluster.kill_master(seed, &key);
+    std::thread::sleep(Duration::from_millis(2500));
+    guard.check_health().unwrap();
+}
