@@ -23,6 +23,11 @@ const REMEMBERED: usize = 16;
 /// `Date` has whole seconds and is truncated.
 const DATE_RESOLUTION: f64 = 1.0;
 
+/// How far apart the clocks of the frontends answering for one bucket are
+/// assumed to be, at most: replies may come from any of them, and a rival's
+/// read may be answered by the fastest.
+const FRONTEND_SKEW: f64 = 0.5;
+
 pub(crate) struct ServerClock {
     /// (server − boot) bounds, in seconds, from recent replies: (at most,
     /// at least).
@@ -88,21 +93,22 @@ impl ServerClock {
         }
     }
 
-    /// What the server's clock reads now at least: the time a reply without
-    /// a `Date` is judged by, so nobody else's object is found stale early.
+    /// What the server's clock reads now at least, on any frontend: the
+    /// time a reply without a `Date` is judged by, so nobody else's object
+    /// is found stale early.
     pub(crate) fn at_least_now(&self) -> f64 {
         match self.offsets() {
-            Some((_, least)) => Stamp::now().as_secs_f64() + least,
-            None => (self.wall)(),
+            Some((_, least)) => Stamp::now().as_secs_f64() + least - FRONTEND_SKEW,
+            None => (self.wall)() - FRONTEND_SKEW,
         }
     }
 
-    /// Until when, on the boot clock, the server's clock surely reads no
-    /// later than `expires_at` (server time): how long an object written
-    /// with it surely stays ours. None before any dated reply.
+    /// Until when, on the boot clock, no frontend's clock reads later than
+    /// `expires_at` (server time): how long an object written with it
+    /// surely stays ours. None before any dated reply.
     pub(crate) fn deadline(&self, expires_at: f64) -> Option<Stamp> {
         let (most, _) = self.offsets()?;
-        Some(Stamp::from_secs_f64(expires_at - most))
+        Some(Stamp::from_secs_f64(expires_at - most - FRONTEND_SKEW))
     }
 }
 
@@ -127,8 +133,8 @@ mod tests {
         let deadline = clock.deadline(expires_at).unwrap();
         assert!(server(deadline) <= expires_at, "never live past expiry");
         assert!(
-            server(deadline) > expires_at - 1.0,
-            "off by at most Date's resolution"
+            server(deadline) >= expires_at - DATE_RESOLUTION - FRONTEND_SKEW,
+            "short by at most the resolution of Date and the frontends' skew"
         );
         let (most, least) = clock.offsets().unwrap();
         assert!(least <= 1000.3 && 1000.3 <= most, "{least} {most}");
