@@ -31,6 +31,10 @@ pub(crate) struct Server {
     connect_timeout: Duration,
     idle: Mutex<(u32, Vec<Connection>)>,
     background: Mutex<Option<(u32, MultiplexedConnection)>>,
+    /// The other nodes of this server's Cluster (`host:port`), learned once
+    /// while it answers, so that a route can still find its slot after this
+    /// node itself failed over; empty when it is not in a Cluster.
+    peers: Mutex<Option<Vec<String>>>,
 }
 
 type Registry = Mutex<HashMap<(String, Duration), Arc<Server>>>;
@@ -79,6 +83,7 @@ impl Server {
             connect_timeout,
             idle: Mutex::new((std::process::id(), Vec::new())),
             background: Mutex::new(None),
+            peers: Mutex::new(None),
         }
     }
 
@@ -172,7 +177,11 @@ impl Server {
         let mut stale_retried = false;
         let mut interruptions = 0;
         loop {
-            let (mut conn, pooled) = self.checkout().map_err(Failure::Unreachable)?;
+            let (mut conn, pooled) = self.checkout().map_err(|e| match stale_retried {
+                // The dead connection may have carried the request after all.
+                true => Failure::Broken(e),
+                false => Failure::Unreachable(e),
+            })?;
             conn.set_read_timeout(Some(read_timeout))
                 .map_err(|e| Failure::Fatal(self.error(operation, e)))?;
             match request(&mut conn) {
@@ -257,6 +266,66 @@ impl Server {
         outcome
     }
 
+    fn knows_peers(&self) -> bool {
+        self.peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Learns the other nodes of this server's Cluster (CLUSTER SLOTS;
+    /// a server not in a Cluster refuses it) from the first call through it
+    /// that succeeds, once per server and process. Best effort: a failure
+    /// leaves it for the next call.
+    fn learn_peers(&self) {
+        if self.knows_peers() {
+            return;
+        }
+        let asked = self.run("cluster slots", COMMAND_TIMEOUT, OnSignal::Report, |conn| {
+            Ok(redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(conn))
+        });
+        if let Ok(slots) = asked {
+            self.know_peers(slots);
+        }
+    }
+
+    /// [`Server::learn_peers`] for background calls, before `deadline`.
+    async fn learn_peers_in_background(&self, deadline: Instant) {
+        if self.knows_peers() {
+            return;
+        }
+        let asked = tokio::time::timeout_at(deadline.into(), async {
+            let mut conn = self.background().await.ok()?;
+            Some(
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async::<Value>(&mut conn)
+                    .await,
+            )
+        })
+        .await;
+        if let Ok(Some(slots)) = asked {
+            self.know_peers(slots);
+        }
+    }
+
+    fn know_peers(&self, slots: RedisResult<Value>) {
+        let learned = match slots {
+            Ok(slots) => node_addresses(&slots, &self.name),
+            // An error reply (cluster support disabled, no permission): the
+            // server answers, and asking again would only cost a round trip.
+            Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => Vec::new(),
+            Err(_) => return,
+        };
+        *self.peers.lock().unwrap_or_else(|e| e.into_inner()) = Some(learned);
+    }
+
+    /// The `index`-th other node of this server's Cluster, if known.
+    fn peer(&self, index: usize) -> Option<String> {
+        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        peers.as_ref()?.get(index).cloned()
+    }
+
     /// Forgets a background connection that failed, so the next use reconnects.
     pub(crate) fn drop_background(&self) {
         self.background
@@ -280,6 +349,31 @@ impl Server {
             Failure::Fatal(self.error(operation, e))
         }
     }
+}
+
+/// Every node (`host:port`, masters and replicas) in a CLUSTER SLOTS
+/// reply but `own`.
+fn node_addresses(slots: &Value, own: &str) -> Vec<String> {
+    let text = |v: &Value| redis::from_redis_value_ref::<String>(v).ok();
+    let mut nodes = Vec::new();
+    let Value::Array(ranges) = slots else {
+        return nodes;
+    };
+    for range in ranges {
+        let Value::Array(items) = range else { continue };
+        for node in items.iter().skip(2) {
+            let Value::Array(node) = node else { continue };
+            let (Some(host), Some(Value::Int(port))) = (node.first().and_then(text), node.get(1))
+            else {
+                continue;
+            };
+            let address = format!("{host}:{port}");
+            if !host.is_empty() && address != own && !nodes.contains(&address) {
+                nodes.push(address);
+            }
+        }
+    }
+    nodes
 }
 
 /// A Cluster node's answer about the slot rather than the request: it
@@ -356,6 +450,13 @@ pub(crate) struct Route {
     current: Mutex<Arc<Server>>,
 }
 
+/// How far one request got: TRYAGAINs waited out, other nodes tried.
+#[derive(Default)]
+struct Progress {
+    unsettled: u32,
+    peers_tried: usize,
+}
+
 /// What one hop of a request came to, for the route to decide the next.
 enum Next {
     /// Send it to this node (after ASKING if `asking`).
@@ -392,7 +493,7 @@ impl Route {
         server: &Arc<Server>,
         failure: Failure,
         resendable: bool,
-        unsettled: &mut u32,
+        progress: &mut Progress,
     ) -> Result<Next> {
         match failure {
             Failure::Redirect(e) => {
@@ -405,12 +506,18 @@ impl Route {
                 Ok(Next::Hop(target, asking))
             }
             Failure::Unsettled(e) => {
-                *unsettled += 1;
-                Ok(Next::Pause(UNSETTLED_PAUSE * (*unsettled).min(10), e))
+                progress.unsettled += 1;
+                Ok(Next::Pause(UNSETTLED_PAUSE * progress.unsettled.min(10), e))
             }
-            Failure::Unreachable(e) | Failure::Broken(e) if Arc::ptr_eq(server, &self.seed) => {
-                Err(e)
+            // The seed itself is gone (it failed over): any other node of
+            // its Cluster knows who serves the slot now.
+            Failure::Unreachable(e) if Arc::ptr_eq(server, &self.seed) => {
+                self.other_node(progress).ok_or(e)
             }
+            Failure::Broken(e) if Arc::ptr_eq(server, &self.seed) => match resendable {
+                true => self.other_node(progress).ok_or(e),
+                false => Err(e),
+            },
             // The node may be gone for good (a master failed over): the
             // seed knows who serves the slot now, for this request if it
             // was never sent or can be sent again, for the next one anyway.
@@ -428,6 +535,14 @@ impl Route {
             Failure::Signal => unreachable!("handled by the caller"),
             Failure::Fatal(e) => Err(e),
         }
+    }
+
+    /// The next node of the seed's Cluster this request has not tried.
+    fn other_node(&self, progress: &mut Progress) -> Option<Next> {
+        let address = self.seed.peer(progress.peers_tried)?;
+        progress.peers_tried += 1;
+        let node = self.seed.redirected(&address).ok()?;
+        Some(Next::Hop(node, false))
     }
 
     /// Routes the next request via the seed, unless another one already
@@ -465,7 +580,7 @@ impl Route {
         let give_up_at = Instant::now() + read_timeout;
         let resendable = on_signal == OnSignal::Repeat;
         let (mut server, mut asking) = (self.server(), false);
-        let (mut hops, mut unsettled) = (1, 0);
+        let (mut hops, mut progress) = (1, Progress::default());
         loop {
             let outcome = server.run(operation, read_timeout, on_signal, |conn| {
                 if asking {
@@ -474,11 +589,14 @@ impl Route {
                 request(conn)
             });
             let failure = match outcome {
-                Ok(value) => return Ok(Some(value)),
+                Ok(value) => {
+                    self.seed.learn_peers();
+                    return Ok(Some(value));
+                }
                 Err(Failure::Signal) => return Ok(None),
                 Err(failure) => failure,
             };
-            match self.next(&server, failure, resendable, &mut unsettled)? {
+            match self.next(&server, failure, resendable, &mut progress)? {
                 Next::Hop(_, _) if hops == MAX_HOPS => {
                     return Err(too_many_hops(&server, operation));
                 }
@@ -511,18 +629,26 @@ impl Route {
     {
         let deadline = Instant::now() + limit;
         let (mut server, mut asking) = (self.server(), false);
-        let (mut hops, mut unsettled) = (1, 0);
+        let (mut hops, mut progress) = (1, Progress::default());
         loop {
             let failure = match server
                 .in_background(operation, deadline, |conn| call(Link { conn, asking }))
                 .await
             {
-                Ok(value) => return Ok(value),
+                Ok(value) => {
+                    self.seed.learn_peers_in_background(deadline).await;
+                    return Ok(value);
+                }
                 Err(failure) => failure,
             };
-            match self.next(&server, failure, true, &mut unsettled)? {
+            match self.next(&server, failure, true, &mut progress)? {
                 Next::Hop(_, _) if hops == MAX_HOPS => {
                     return Err(too_many_hops(&server, operation));
+                }
+                // A future polled past its deadline still runs once: no
+                // hop may start late and send what the caller gave up on.
+                Next::Hop(_, _) if Instant::now() >= deadline => {
+                    return Err(Error::backend(&server.name, operation, "no answer in time"));
                 }
                 Next::Hop(target, ask) => {
                     (server, asking, hops) = (target, ask, hops + 1);
