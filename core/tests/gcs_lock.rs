@@ -182,8 +182,10 @@ fn a_paused_holder_turns_unhealthy_after_takeover_and_its_unlock_reports_false()
     let store = FaithfulStore::new();
     let holder = builder(&store).refresh_interval(MS(100)).build().unwrap();
     assert!(holder.acquire_interruptibly(None, &|| false).unwrap());
-    // Its next refresh hangs past the TTL, as if the process were paused.
-    store.inject(Op::Update, Fault::Slow(MS(2500)), 1);
+    // Its next refresh hangs past the TTL, as if the process were paused:
+    // past the `expires_at` it wrote last, which may be up to a second (the
+    // resolution of `Date`) beyond the TTL.
+    store.inject(Op::Update, Fault::Slow(MS(3500)), 1);
     let taker = {
         let store = store.clone();
         thread::spawn(move || {
