@@ -43,7 +43,13 @@ pub(crate) fn positive_period(what: &str, length: Duration) -> Result<Duration> 
 }
 
 /// Checks the timeout of a wait: `None` (forever) or at most [`MAX_WAIT`].
-pub(crate) fn wait(timeout: Option<Duration>) -> Result<Option<Duration>> {
+/// Every wait checks its own; this is for a binding that takes a timeout
+/// now and waits later (Python's `wg.slot(timeout)`), so the error comes
+/// where the value was given.
+///
+/// # Errors
+/// [`Error::Config`] for a timeout over 100 years.
+pub fn wait(timeout: Option<Duration>) -> Result<Option<Duration>> {
     match timeout {
         Some(length) if length > MAX_WAIT => Err(Error::config(format!(
             "timeout must be at most 100 years (None waits forever), got {length:?}"
@@ -55,8 +61,9 @@ pub(crate) fn wait(timeout: Option<Duration>) -> Result<Option<Duration>> {
 /// When a wait of `timeout` that starts at `start` gives up: None for
 /// forever, and for a deadline past what `Instant` can hold (which a
 /// checked timeout never reaches, but a panic here would cross into
-/// Python or Ruby).
-pub(crate) fn deadline(start: Instant, timeout: Option<Duration>) -> Option<Instant> {
+/// Python or Ruby). For the core's waits and a binding's own deadline
+/// (a Ruby wait resumed after an interrupt keeps it).
+pub fn deadline(start: Instant, timeout: Option<Duration>) -> Option<Instant> {
     timeout.and_then(|length| start.checked_add(length))
 }
 

@@ -267,12 +267,14 @@ impl Semaphore {
                     earliest_expiry,
                 } => (clock, earliest_expiry),
             };
-            let mut listen_until = Instant::now()
-                + RECHECK.min(
+            // The server's earliest expiry may be anything; RECHECK bounds it.
+            let mut listen_until = limits::from_now(
+                RECHECK.min(
                     earliest_expiry
                         .left()
                         .saturating_add(Duration::from_millis(1)),
-                );
+                ),
+            );
             if let Some(at) = give_up_at {
                 listen_until = listen_until.min(at);
             }
