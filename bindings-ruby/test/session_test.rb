@@ -99,6 +99,11 @@ class SessionTest < Minitest::Test
       -> { new_session(ttl: -1) },
       -> { new_session(behavior: "sometimes") },
       -> { new_session(lock_delay: -1) },
+      -> { new_session(ttl: 1e19) },
+      -> { new_session(ttl: Float::NAN) },
+      -> { new_session(ttl: 18_446_744_073_709_551.616) },
+      -> { new_session(lock_delay: 31 * 86_400) },
+      -> { new_session(lock_delay: Float::INFINITY) },
       -> { new_lock(value: "v") },
       -> { Lockyard::Redis::Lock.new(url: redis.url, name: "x", ttl: 5, session: new_session) },
       -> { Lockyard::Redis::Election.new(url: redis.url, name: "x", session: "not a session") }
