@@ -72,6 +72,16 @@ class SessionTest < Minitest::Test
     end
   end
 
+  # Issue 16: a wait past 100 years is a ConfigError, not a fatal overflow.
+  def test_election_waits_past_100_years_are_config_errors
+    Lockyard::Redis::Session.open(url: redis.url) do |session|
+      election = Lockyard::Redis::Election.new(url: redis.url, name: unique("huge"), session: session)
+      assert_raises(Lockyard::ConfigError) { election.campaign("a", timeout: 1e19) }
+      assert_raises(Lockyard::ConfigError) { election.observe(timeout: 1e19).next }
+      assert_nil election.leader
+    end
+  end
+
   def test_election_campaign_leader_resign_and_observe
     name = unique("election")
     Lockyard::Redis::Session.open(url: redis.url) do |a|
