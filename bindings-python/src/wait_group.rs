@@ -94,7 +94,9 @@ impl RedisWaitGroup {
     fn slot(slf: &Bound<'_, Self>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Slot> {
         Ok(Slot {
             group: slf.clone().unbind(),
-            timeout: optional_seconds("timeout", timeout)?,
+            // Checked now, like the timeout of `add`, not on entering.
+            timeout: lockyard::limits::wait(optional_seconds("timeout", timeout)?)
+                .map_err(|e| error::to_py(slf.py(), e))?,
             token: OnceLock::new(),
         })
     }

@@ -15,6 +15,12 @@ BAD_LEASE_OPTIONS: list[dict[str, Any]] = [
     {"ttl": -1.0},
     {"ttl": float("nan")},
     {"ttl": float("inf")},
+    # Durations past 30 days (issue 16): 1e16 s and 1e19 s overflowed a
+    # deadline or Redis; 2**64 ms wrapped around into a 380 ms lease.
+    {"ttl": 31 * 86400},
+    {"ttl": 1e16},
+    {"ttl": 18446744073709551.616},
+    {"ttl": 1e19},
     {"ttl": "30"},
     {"ttl": True},
     {"refresh_interval": 0},
@@ -24,6 +30,7 @@ BAD_LEASE_OPTIONS: list[dict[str, Any]] = [
     {"max_refresh_fails": 1.5},
     {"connect_timeout": 0},
     {"connect_timeout": -1},
+    {"connect_timeout": 1e19},
 ]
 
 

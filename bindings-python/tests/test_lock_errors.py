@@ -16,6 +16,7 @@ BAD_OPTIONS: list[dict[str, Any]] = [
     *BAD_LEASE_OPTIONS,
     {"timeout": -0.5},
     {"timeout": "soon"},
+    {"timeout": 1e19},  # past 100 years: None waits forever
     {"identity_prefix": ""},
     {"identity_prefix": 7},
 ]
@@ -43,7 +44,7 @@ def test_bad_urls_raise_config_error(bad_url: Any) -> None:
         Lock(bad_url, "deploy")
 
 
-@pytest.mark.parametrize("timeout", [-1, float("nan"), "1"])
+@pytest.mark.parametrize("timeout", [-1, float("nan"), float("inf"), 1e19, "1"])
 def test_bad_acquire_timeouts_raise_config_error(
     redis: Redis, name: str, timeout: Any
 ) -> None:

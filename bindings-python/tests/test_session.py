@@ -105,6 +105,11 @@ def test_observe_yields_terms_and_ends_after_its_timeout(url: str, name: str) ->
         lambda url: Session(url, ttl=-1.0),
         lambda url: Session(url, behavior="sometimes"),
         lambda url: Session(url, lock_delay=-1.0),
+        lambda url: Session(url, ttl=1e19),
+        lambda url: Session(url, ttl=float("nan")),
+        lambda url: Session(url, ttl=18446744073709551.616),
+        lambda url: Session(url, lock_delay=31 * 86400),
+        lambda url: Session(url, lock_delay=float("inf")),
         lambda url: Session(url, ttl="15"),  # type: ignore[arg-type]
         lambda url: Lock(url, "x", value="v"),
         lambda url: Lock(url, "x", ttl=5.0, session=Session(url)),

@@ -54,7 +54,7 @@ def test_limit_is_required() -> None:
         WaitGroup("redis://127.0.0.1:6379/0", "api-quota")  # type: ignore[call-arg]
 
 
-@pytest.mark.parametrize("timeout", [-1, float("nan"), "1"])
+@pytest.mark.parametrize("timeout", [-1, float("nan"), float("inf"), 1e19, "1"])
 def test_bad_timeouts_raise_config_error(redis: Redis, name: str, timeout: Any) -> None:
     wg = WaitGroup(redis.url, name, limit=1)
     for call in (wg.add, wg.wait, wg.slot):

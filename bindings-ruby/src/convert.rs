@@ -27,6 +27,12 @@ pub(crate) fn optional_seconds(ruby: &Ruby, what: &str, value: Value) -> Result<
     seconds(ruby, what, value).map(Some)
 }
 
+/// The timeout of a wait: seconds within the core's limit
+/// (`lockyard::MAX_WAIT`), or nil for forever.
+pub(crate) fn wait_timeout(ruby: &Ruby, value: Value) -> Result<Option<Duration>> {
+    lockyard::limits::wait(optional_seconds(ruby, "timeout", value)?)
+}
+
 pub(crate) fn string(what: &str, value: Value) -> Result<String> {
     RString::from_value(value)
         .ok_or_else(|| wrong_type(what, "a String", value))?

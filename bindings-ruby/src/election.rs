@@ -78,8 +78,8 @@ impl Election {
         timeout: Value,
     ) -> Result<bool, Error> {
         let value = convert::string("value", value).or_raise(ruby)?;
-        let timeout = convert::optional_seconds(ruby, "timeout", timeout).or_raise(ruby)?;
-        let give_up_at = timeout.map(|timeout| Instant::now() + timeout);
+        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
+        let give_up_at = lockyard::limits::deadline(Instant::now(), timeout);
         let won = rb_self.core.blocking(ruby, |election, interrupted| {
             let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
             election.campaign_interruptibly(&value, left, interrupted)
@@ -144,8 +144,8 @@ impl Observer {
         rb_self: &Self,
         timeout: Value,
     ) -> Result<Option<(Option<String>, u64)>, Error> {
-        let timeout = convert::optional_seconds(ruby, "timeout", timeout).or_raise(ruby)?;
-        let give_up_at = timeout.map(|timeout| Instant::now() + timeout);
+        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
+        let give_up_at = lockyard::limits::deadline(Instant::now(), timeout);
         let term = rb_self.core.blocking(ruby, |observer, interrupted| {
             let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
             let mut observer = observer.lock().unwrap_or_else(|e| e.into_inner());

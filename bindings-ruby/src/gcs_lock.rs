@@ -76,7 +76,7 @@ pub(crate) struct LogQueue(NoGvl<Arc<Records>>);
 impl LogQueue {
     /// `[[severity, message], ...]`, waiting up to `timeout` seconds for some.
     fn take(ruby: &Ruby, rb_self: &Self, timeout: f64) -> Result<Vec<(u8, String)>, Error> {
-        let timeout = Duration::from_secs_f64(timeout.clamp(0.0, 3600.0));
+        let timeout = Duration::try_from_secs_f64(timeout.clamp(0.0, 3600.0)).unwrap_or_default();
         rb_self.0.blocking(ruby, |records, interrupted| {
             records.take(timeout, interrupted)
         })
@@ -221,7 +221,7 @@ impl Lock {
     }
 
     fn acquire(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
-        let timeout = convert::optional_seconds(ruby, "timeout", timeout).or_raise(ruby)?;
+        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
         rb_self.core.acquire_within(
             ruby,
             timeout,

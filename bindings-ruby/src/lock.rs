@@ -96,7 +96,7 @@ impl Lock {
 
     /// Waits up to `timeout` seconds (nil: forever); true once held.
     fn acquire(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
-        let timeout = convert::optional_seconds(ruby, "timeout", timeout).or_raise(ruby)?;
+        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
         rb_self.core.acquire_within(
             ruby,
             timeout,

@@ -88,7 +88,7 @@ impl<T> NoGvl<T> {
         what: impl FnOnce() -> String,
         acquire: impl Fn(&T, Option<Duration>, &dyn Fn() -> bool) -> lockyard::Result<bool>,
     ) -> Result<bool, Error> {
-        let give_up_at = timeout.map(|timeout| Instant::now() + timeout);
+        let give_up_at = lockyard::limits::deadline(Instant::now(), timeout);
         let acquired = self.blocking(ruby, |inner, interrupted| {
             let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
             acquire(inner, left, interrupted)

@@ -73,8 +73,8 @@ impl RwLock {
     /// Waits up to `timeout` seconds (nil: forever) for the write lock
     /// (`write` true) or a read lock; false when the timeout ran out.
     fn acquire(ruby: &Ruby, rb_self: &Self, write: bool, timeout: Value) -> Result<bool, Error> {
-        let timeout = convert::optional_seconds(ruby, "timeout", timeout).or_raise(ruby)?;
-        let give_up_at = timeout.map(|timeout| Instant::now() + timeout);
+        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
+        let give_up_at = lockyard::limits::deadline(Instant::now(), timeout);
         rb_self.core.blocking(ruby, |lock, interrupted| {
             // A wait resumed after an interrupt that raised nothing keeps
             // its original deadline.

@@ -77,7 +77,7 @@ impl WaitGroup {
     /// `@token` before Ruby can raise an interrupt: `synchronize`'s ensure
     /// then finds every slot it must free.
     fn take(ruby: &Ruby, rb_self: &Self, timeout: Value, slot: Value) -> Result<String, Error> {
-        let timeout = convert::optional_seconds(ruby, "timeout", timeout).or_raise(ruby)?;
+        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
         let token = rb_self
             .core
             .blocking(ruby, |group, interrupted| group.add(timeout, interrupted))?;
@@ -101,7 +101,7 @@ impl WaitGroup {
 
     /// Waits up to `timeout` seconds (nil: forever) until no slot is held.
     fn wait_idle(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
-        let timeout = convert::optional_seconds(ruby, "timeout", timeout).or_raise(ruby)?;
+        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
         rb_self.core.blocking(ruby, |group, interrupted| {
             group.wait_interruptibly(timeout, interrupted)
         })

@@ -28,7 +28,8 @@ class ErrorsTest < Minitest::Test
       Lockyard::Redis::Lock.new(**{ url: redis.url(db), name: "bad-input", ttl: 30 }.merge(row))
     end
     lock = Lockyard::Redis::Lock.new(url: redis.url(db), name: "bad-input")
-    [-1, Float::NAN, "1", :forever].each do |timeout|
+    # Past 100 years is refused, not an overflow (nil waits forever).
+    [-1, Float::NAN, Float::INFINITY, 1e19, "1", :forever].each do |timeout|
       assert_raises(Lockyard::ConfigError, timeout.inspect) { lock.lock(timeout: timeout) }
       assert_raises(Lockyard::ConfigError, timeout.inspect) { lock.synchronize(timeout: timeout) { flunk } }
     end

@@ -81,6 +81,15 @@ class QuorumTest < Minitest::Test
     assert_raises(ArgumentError) { Lockyard::Quorum::RwLock.new(urls: urls, name: "x", bogus: 1) }
   end
 
+  # Issue 16: durations out of range are ConfigErrors, not a fatal overflow.
+  def test_durations_out_of_range_are_config_errors
+    lock = new_rw_lock
+    assert_raises(Lockyard::ConfigError) { lock.acquire_write(timeout: 1e19) }
+    assert_raises(Lockyard::ConfigError) { lock.acquire_read(timeout: 1e19) }
+    assert_raises(Lockyard::NotLockedError) { lock.release }
+    assert_raises(Lockyard::ConfigError) { Lockyard::Quorum::RwLock.new(urls: urls, name: "x", ttl: 1e19) }
+  end
+
   def test_bad_node_lists_are_config_errors
     [[], Array.new(33) { |i| "redis://127.0.0.1:#{7000 + i}" },
      ["redis://127.0.0.1:7001", "redis://127.0.0.1:7001/0"], "redis://127.0.0.1:7001", [7001]].each do |bad|

@@ -72,6 +72,16 @@ class SessionTest < Minitest::Test
     end
   end
 
+  # Issue 16: a wait past 100 years is a ConfigError, not a fatal overflow.
+  def test_election_waits_past_100_years_are_config_errors
+    Lockyard::Redis::Session.open(url: redis.url) do |session|
+      election = Lockyard::Redis::Election.new(url: redis.url, name: unique("huge"), session: session)
+      assert_raises(Lockyard::ConfigError) { election.campaign("a", timeout: 1e19) }
+      assert_raises(Lockyard::ConfigError) { election.observe(timeout: 1e19).next }
+      assert_nil election.leader
+    end
+  end
+
   def test_election_campaign_leader_resign_and_observe
     name = unique("election")
     Lockyard::Redis::Session.open(url: redis.url) do |a|
@@ -99,6 +109,11 @@ class SessionTest < Minitest::Test
       -> { new_session(ttl: -1) },
       -> { new_session(behavior: "sometimes") },
       -> { new_session(lock_delay: -1) },
+      -> { new_session(ttl: 1e19) },
+      -> { new_session(ttl: Float::NAN) },
+      -> { new_session(ttl: 18_446_744_073_709_551.616) },
+      -> { new_session(lock_delay: 31 * 86_400) },
+      -> { new_session(lock_delay: Float::INFINITY) },
       -> { new_lock(value: "v") },
       -> { Lockyard::Redis::Lock.new(url: redis.url, name: "x", ttl: 5, session: new_session) },
       -> { Lockyard::Redis::Election.new(url: redis.url, name: "x", session: "not a session") }

@@ -103,6 +103,12 @@ module LockyardTest
     { ttl: -1 },
     { ttl: Float::NAN },
     { ttl: Float::INFINITY },
+    # Past 30 days (issue 16): 1e16 s and 1e19 s overflowed a deadline or
+    # Redis; 2**64 ms wrapped around into a 380 ms lease.
+    { ttl: 31 * 86_400 },
+    { ttl: 1e16 },
+    { ttl: 18_446_744_073_709_551.616 },
+    { ttl: 1e19 },
     { ttl: "30" },
     { ttl: nil },
     { ttl: true },
@@ -113,7 +119,8 @@ module LockyardTest
     { max_refresh_fails: -1 },
     { max_refresh_fails: 1.5 },
     { connect_timeout: 0 },
-    { connect_timeout: -1 }
+    { connect_timeout: -1 },
+    { connect_timeout: 1e19 }
   ].freeze
 
   def redis

@@ -120,7 +120,8 @@ class WaitGroupTest < Minitest::Test
       Lockyard::Redis::WaitGroup.new(**{ url: redis.url(db), name: "bad-input", limit: 3 }.merge(row))
     end
     wg = Lockyard::Redis::WaitGroup.new(url: redis.url(db), name: "bad-input", limit: 1)
-    [-1, Float::NAN, "1", :forever].each do |timeout|
+    # Past 100 years is refused, not an overflow (nil waits forever).
+    [-1, Float::NAN, Float::INFINITY, 1e19, "1", :forever].each do |timeout|
       assert_raises(Lockyard::ConfigError, timeout.inspect) { wg.add(timeout: timeout) }
       assert_raises(Lockyard::ConfigError, timeout.inspect) { wg.wait(timeout: timeout) }
       assert_raises(Lockyard::ConfigError, timeout.inspect) { wg.synchronize(timeout: timeout) { flunk } }

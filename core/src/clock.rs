@@ -60,8 +60,9 @@ impl Stamp {
 impl std::ops::Add<Duration> for Stamp {
     type Output = Stamp;
 
+    /// Saturating: a deadline too far to hold is "never", not a panic.
     fn add(self, length: Duration) -> Stamp {
-        Stamp(self.0 + length)
+        Stamp(self.0.saturating_add(length))
     }
 }
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::limits;
 
 /// How long a grant lives without refresh, and how it is kept alive.
 #[derive(Clone, Debug)]
@@ -14,7 +15,8 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// `refresh_interval` defaults to ttl / (max_refresh_fails · 3), so that
+    /// `ttl` is from 1 ms to [`limits::MAX_PERIOD`]; `refresh_interval`
+    /// defaults to ttl / (max_refresh_fails · 3), so that
     /// `max_refresh_fails` consecutive failures still leave a third of the
     /// lease to notice them.
     pub(crate) fn new(
@@ -27,6 +29,7 @@ impl Lease {
                 "ttl must be at least 1 ms, got {ttl:?}"
             )));
         }
+        limits::period("ttl", ttl)?;
         if max_refresh_fails == 0 {
             return Err(Error::config("max_refresh_fails must be at least 1"));
         }
@@ -84,6 +87,9 @@ mod tests {
             (S(30), None, 0),
             (S(30), Some(S(10)), 3),
             (S(30), Some(Duration::ZERO), 3),
+            (S(31 * 24 * 3600), None, 3),
+            (Duration::from_millis(u64::MAX), None, 3),
+            (Duration::from_secs_f64(1e19), None, 3),
         ];
         for (ttl, every, fails) in cases {
             let err = Lease::new(ttl, every, fails).unwrap_err();

@@ -59,6 +59,8 @@ mod holds;
 mod identity;
 #[cfg(any(feature = "redis", feature = "gcs"))]
 mod lease;
+#[cfg(any(feature = "redis", feature = "gcs"))]
+pub mod limits;
 #[cfg(feature = "quorum")]
 pub mod quorum;
 #[cfg(feature = "redis")]
@@ -68,3 +70,5 @@ mod runtime;
 
 pub use error::{Error, Result};
 pub use identity::{as_holder, note_process_start};
+#[cfg(any(feature = "redis", feature = "gcs"))]
+pub use limits::{MAX_PERIOD, MAX_WAIT};

@@ -450,3 +450,32 @@ fn bad_options_are_config_errors() {
     }
     assert_eq!(store.requests(), 0);
 }
+
+/// Issue 16, item 10: periods past 30 days and waits past 100 years are
+/// Config errors, never an `Instant` overflow (a panic).
+#[test]
+fn durations_out_of_range_are_config_errors() {
+    let store = FaithfulStore::new();
+    let huge = Duration::from_secs_f64(1e19);
+    let days = |n: u64| Duration::from_secs(n * 24 * 3600);
+    type Setter = fn(LockBuilder, Duration) -> LockBuilder;
+    let too_long: [(&str, Setter); 5] = [
+        ("ttl", |b, d| b.ttl(d)),
+        ("backoff_min", |b, d| b.backoff_min(d).backoff_max(d)),
+        ("backoff_max", |b, d| b.backoff_max(d)),
+        ("request_timeout", |b, d| b.request_timeout(d)),
+        ("timeout", |b, d| b.timeout(Some(d + lockyard::MAX_WAIT))),
+    ];
+    for (what, set) in too_long {
+        for length in [days(31), huge] {
+            let built = set(builder(&store), length).build();
+            assert!(matches!(built, Err(Error::Config(_))), "{what} {length:?}");
+        }
+    }
+    let lock = builder(&store).build().unwrap();
+    for length in [huge, Duration::from_millis(u64::MAX), Duration::MAX] {
+        assert!(matches!(lock.acquire(Some(length)), Err(Error::Config(_))));
+    }
+    assert_eq!(store.requests(), 0, "refused before any request");
+    assert!(lock.acquire(Some(lockyard::MAX_WAIT)).is_ok());
+}

@@ -405,3 +405,30 @@ fn waiting_forever_on_slow_nodes_is_never_a_backend_error() {
     let got = far.write(None).map(drop);
     assert!(got.is_ok(), "{got:?}");
 }
+
+/// Issue 16, item 10: periods past 30 days and waits past 100 years are
+/// Config errors, never an `Instant` overflow (a panic).
+#[test]
+fn durations_out_of_range_are_config_errors() {
+    let servers = servers(3);
+    let urls = urls(&servers);
+    let huge = Duration::from_secs_f64(1e19);
+    let month = Duration::from_secs(31 * 24 * 3600);
+    for length in [month, huge] {
+        let builder = || RwLock::builder(urls.clone(), "huge");
+        for built in [
+            builder().ttl(length).build(),
+            builder().connect_timeout(length).build(),
+            builder().timeout(Some(length + lockyard::MAX_WAIT)).build(),
+        ] {
+            assert!(matches!(built, Err(Error::Config(_))), "{length:?}");
+        }
+    }
+    let lock = lock(&urls, "huge");
+    for length in [huge, Duration::from_millis(u64::MAX), Duration::MAX] {
+        assert!(matches!(lock.write(Some(length)), Err(Error::Config(_))));
+        assert!(matches!(lock.read(Some(length)), Err(Error::Config(_))));
+    }
+    assert!(!lock.held());
+    drop(lock.write(Some(lockyard::MAX_WAIT)).unwrap());
+}

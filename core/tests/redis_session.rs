@@ -444,3 +444,63 @@ fn a_silent_connection_costs_neither_the_session_nor_a_lock() {
         std::thread::sleep(MS(100));
     }
 }
+
+/// Moves the lease of the only holder of `name` so that it ran out at
+/// server time `expired_at_ms`, as a partition would have.
+fn expire_holder_at(server: &RedisServer, name: &str, expired_at_ms: u64) {
+    let mut raw = server.raw().unwrap();
+    let key = format!("lockyard:{{{name}}}:holders");
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&key)
+        .arg(0)
+        .arg(-1)
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(members.len(), 1);
+    let _: () = redis::cmd("ZADD")
+        .arg(&key)
+        .arg("XX")
+        .arg(expired_at_ms)
+        .arg(&members[0])
+        .query(&mut raw)
+        .unwrap();
+}
+
+fn server_ms(server: &RedisServer) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        .query(&mut server.raw().unwrap())
+        .unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Issue 16, item 5: the script that finds a lost session's grant run out
+/// starts its lock_delay with `SET … PX <what is left>`. In the last
+/// millisecond of the delay that was 0 or -1 ms, which Redis refuses
+/// after the script's earlier writes: the next acquire failed with a
+/// BackendError. A delay that has ended must leave the name free.
+#[test]
+fn an_acquire_in_the_last_millisecond_of_a_lock_delay_is_granted() {
+    let server = RedisServer::start();
+    let lost = session(&server, 60_000, Behavior::Release, 1000);
+    for attempt in 0..20 {
+        let name = format!("edge-{attempt}");
+        let held = lock_under(&server, &name, &lost, "lost");
+        let guard = held.try_acquire().unwrap().unwrap();
+        // Ran out exactly one lock_delay before the server's now: by the
+        // time the next script runs, 0 or -1 ms of the delay are left.
+        expire_holder_at(&server, &name, server_ms(&server) - 1000);
+        let next = Lock::builder(server.url(), &name).build().unwrap();
+        match next.try_acquire() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("attempt {attempt}: an ended lock_delay kept the name closed"),
+            Err(e) => panic!("attempt {attempt}: {e}"),
+        }
+        drop(guard);
+    }
+    // A delay with time left still bars the name.
+    let held = lock_under(&server, "edge-open", &lost, "lost");
+    let _guard = held.try_acquire().unwrap().unwrap();
+    expire_holder_at(&server, "edge-open", server_ms(&server) - 700);
+    let next = Lock::builder(server.url(), "edge-open").build().unwrap();
+    assert!(next.try_acquire().unwrap().is_none(), "barred by the delay");
+}

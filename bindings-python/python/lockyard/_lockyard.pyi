@@ -1,5 +1,11 @@
 """The native module; use it through ``lockyard``, ``lockyard.redis``,
-``lockyard.gcs`` and ``lockyard.quorum``."""
+``lockyard.gcs`` and ``lockyard.quorum``.
+
+Durations are seconds (int or float). ``ttl``, ``lock_delay``,
+``refresh_interval``, ``connect_timeout`` and the GCS request timeout and
+backoff are at most 30 days; a wait's ``timeout`` is at most 100 years, and
+``None`` waits forever. NaN, negative, infinite or larger values raise
+``lockyard.ConfigError`` when given."""
 
 from collections.abc import Mapping, Sequence
 from types import TracebackType

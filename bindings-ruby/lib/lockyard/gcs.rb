@@ -17,7 +17,9 @@ module Lockyard
     #     lock.check_health!   # periodically, before each step that must not run twice
     #   end
     #
-    # Durations are seconds (Integer or Float). Bad arguments raise
+    # Durations are seconds (Integer or Float): a ttl, lock_delay,
+    # refresh_interval or connect/request timeout at most 30 days, a wait's
+    # timeout at most 100 years (nil waits forever). Bad arguments raise
     # {Lockyard::ConfigError} before any request.
     class Lock
       include Lockyard::Synchronize

@@ -14,7 +14,9 @@ module Lockyard
     #   lock.with_write_lock { lock.check_health!; rebuild(fencing_token: lock.fencing_token) }
     #   lock.with_read_lock { search }
     #
-    # Durations are seconds (Integer or Float). Bad arguments (no URLs, more
+    # Durations are seconds (Integer or Float): a ttl, lock_delay,
+    # refresh_interval or connect/request timeout at most 30 days, a wait's
+    # timeout at most 100 years (nil waits forever). Bad arguments (no URLs, more
     # than 32, one server twice) raise {Lockyard::ConfigError} before any
     # network access.
     class RwLock

@@ -16,7 +16,9 @@ module Lockyard
     #     publish(fencing_token: lock.fencing_token)
     #   end
     #
-    # Durations are seconds (Integer or Float). Bad arguments raise
+    # Durations are seconds (Integer or Float): a ttl, lock_delay,
+    # refresh_interval or connect/request timeout at most 30 days, a wait's
+    # timeout at most 100 years (nil waits forever). Bad arguments raise
     # {Lockyard::ConfigError} before any network access.
     class Lock
       include Lockyard::Synchronize

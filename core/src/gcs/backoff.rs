@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::limits;
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Backoff {
@@ -16,6 +17,8 @@ pub(crate) struct Backoff {
 impl Backoff {
     /// The gem's rules: min ≥ 0, max ≥ min, multiplier ≥ 0.
     pub(crate) fn new(min: Duration, max: Duration, multiplier: f64) -> Result<Backoff> {
+        limits::period("backoff_min", min)?;
+        limits::period("backoff_max", max)?;
         if max < min {
             return Err(Error::config(format!(
                 "backoff_max ({max:?}) may not be smaller than backoff_min ({min:?})"
@@ -53,7 +56,10 @@ impl Steps {
         let wait = match self.last {
             None => b.min,
             Some(last) => {
-                let high = last.mul_f64(b.multiplier).max(b.min);
+                // Checked: `last` times a huge multiplier is past any Duration.
+                let high = Duration::try_from_secs_f64(last.as_secs_f64() * b.multiplier)
+                    .unwrap_or(b.max)
+                    .max(b.min);
                 (b.min + (high - b.min).mul_f64(unit_random())).min(b.max)
             }
         };
@@ -85,9 +91,17 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_multiplier_caps_at_max_instead_of_overflowing() {
+        let mut steps = Backoff::new(MS(100), MS(1000), f64::MAX).unwrap().steps();
+        let waits: Vec<_> = (0..20).map(|_| steps.next_wait()).collect();
+        assert!(waits.iter().all(|w| *w >= MS(100) && *w <= MS(1000)));
+    }
+
+    #[test]
     fn the_gems_rules_for_bad_settings() {
         assert!(Backoff::new(MS(2), MS(1), 2.0).is_err());
         assert!(Backoff::new(MS(1), MS(2), -1.0).is_err());
+        assert!(Backoff::new(MS(1), Duration::from_secs(31 * 24 * 3600), 2.0).is_err());
         assert!(Backoff::new(MS(1), MS(2), f64::NAN).is_err());
         let flat = Backoff::new(MS(5), MS(5), 0.0).unwrap();
         let mut steps = flat.steps();

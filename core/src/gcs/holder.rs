@@ -19,6 +19,7 @@ use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::lease::Lease;
+use crate::limits;
 use crate::runtime;
 
 /// Receives the lock's log records with the gem's levels (debug: each
@@ -122,7 +123,7 @@ impl Holder {
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Hold>> {
         let started = Instant::now();
-        let give_up_at = timeout.map(|t| started + t);
+        let give_up_at = limits::deadline(started, limits::wait(timeout)?);
         let mut attempt = Attempt {
             identity,
             retry_until: give_up_at.map(|at| at.max(started + SHORTEST_RETRY)),
@@ -362,7 +363,9 @@ impl Holder {
     pub(crate) fn release(&self, hold: Hold, interrupted: &dyn Fn() -> bool) -> Result<bool> {
         let identity = hold.identity.clone();
         let was_healthy = hold.health.is_healthy();
-        let until = Some(Instant::now() + hold.health.valid_until().left().max(SHORTEST_RETRY));
+        let until = Some(limits::from_now(
+            hold.health.valid_until().left().max(SHORTEST_RETRY),
+        ));
         let mut version = hold.stop();
         let mut delete_may_have_landed = false;
         // Twice at most: a refresh whose reply was lost may have moved the

@@ -13,6 +13,7 @@ use super::lock::Lock;
 use super::store::Store;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::limits;
 
 /// Options for a [`Lock`]; start with [`Lock::builder`]. Names and
 /// defaults are the gem's.
@@ -65,12 +66,13 @@ impl LockBuilder {
         }
     }
 
-    /// How long the lock outlives its holder's last refresh (default 300 s).
+    /// How long the lock outlives its holder's last refresh (default 300 s; at most
+    /// 30 days).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
-    /// The wait of [`Lock::lock`] (default: forever).
+    /// The wait of [`Lock::lock`] (default: forever; at most 100 years).
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
         self
@@ -86,12 +88,13 @@ impl LockBuilder {
         self.max_refresh_fails = count;
         self
     }
-    /// First wait of a waiter, and the least one (default 1 s).
+    /// First wait of a waiter, and the least one (default 1 s; at most 30 days).
     pub fn backoff_min(mut self, wait: Duration) -> Self {
         self.backoff_min = wait;
         self
     }
-    /// Longest wait between two looks at a held lock (default 30 s).
+    /// Longest wait between two looks at a held lock (default 30 s; at
+    /// most 30 days).
     pub fn backoff_max(mut self, wait: Duration) -> Self {
         self.backoff_max = wait;
         self
@@ -148,7 +151,7 @@ impl LockBuilder {
         self
     }
     /// How long one HTTP request may take before it counts as a transient
-    /// failure (default 20 s).
+    /// failure (default 20 s; at most 30 days).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
@@ -168,6 +171,8 @@ impl LockBuilder {
     ///
     /// # Errors
     /// [`Error::Config`] for an empty bucket name or path, a TTL under 1 ms,
+    /// a ttl, backoff or request_timeout over 30 days, a timeout over 100
+    /// years,
     /// a refresh interval not below ttl / max_refresh_fails, backoff_min
     /// above backoff_max, a negative multiplier, an unknown ACL.
     pub fn build(self) -> Result<Lock> {
@@ -179,9 +184,8 @@ impl LockBuilder {
         }
         let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
         let backoff = Backoff::new(self.backoff_min, self.backoff_max, self.backoff_multiplier)?;
-        if self.request_timeout.is_zero() {
-            return Err(Error::config("request_timeout must be positive"));
-        }
+        limits::positive_period("request_timeout", self.request_timeout)?;
+        limits::wait(self.timeout)?;
         if self.instance_identity_prefix.as_deref() == Some("") {
             return Err(Error::config("instance_identity_prefix must not be empty"));
         }

@@ -11,6 +11,7 @@ use super::refresh::with_timeout;
 use super::store::{Reply, StoreError};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
+use crate::limits;
 use crate::runtime;
 
 /// Transient failures are retried after waits doubling from this...
@@ -109,7 +110,7 @@ pub(crate) fn sleep_interruptibly(
     interrupted: &dyn Fn() -> bool,
     what: &str,
 ) -> Result<()> {
-    let until = Instant::now() + wait;
+    let until = limits::from_now(wait);
     loop {
         if interrupted() {
             return Err(Error::Interrupted(what.to_owned()));

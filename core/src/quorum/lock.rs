@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
 use crate::identity::{holder_identity, holder_number, random_hex};
 use crate::lease::Lease;
+use crate::limits;
 use crate::redis::{check_name, server};
 
 /// The most nodes a lock may span (as dsync).
@@ -61,12 +62,14 @@ pub struct RwLockBuilder {
 }
 
 impl RwLockBuilder {
-    /// How long each node keeps a grant after its holder's last refresh (default 30 s).
+    /// How long each node keeps a grant after its holder's last refresh (default 30 s;
+    /// at most 30 days).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
-    /// The wait of [`RwLock::write_lock`] and [`RwLock::read_lock`] (default: forever).
+    /// The wait of [`RwLock::write_lock`] and [`RwLock::read_lock`] (default: forever;
+    /// at most 100 years).
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
         self
@@ -81,7 +84,7 @@ impl RwLockBuilder {
         self.max_refresh_fails = count;
         self
     }
-    /// How long connecting to a node may take (default 5 s).
+    /// How long connecting to a node may take (default 5 s; at most 30 days).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -93,9 +96,8 @@ impl RwLockBuilder {
     /// [`Error::Config`] for no URLs, more than 32, the same server twice,
     /// an unparsable URL, an empty name, or a lease that cannot be kept alive.
     pub fn build(self) -> Result<RwLock> {
-        if self.connect_timeout.is_zero() {
-            return Err(Error::config("connect_timeout must be positive"));
-        }
+        limits::positive_period("connect_timeout", self.connect_timeout)?;
+        limits::wait(self.timeout)?;
         let mut nodes: Vec<Arc<dyn NetLocker>> = Vec::with_capacity(self.urls.len());
         for url in &self.urls {
             let node = Arc::new(RedisNode::new(server(url, self.connect_timeout)?));

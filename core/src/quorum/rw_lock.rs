@@ -41,6 +41,7 @@ use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::identity::random_hex;
 use crate::lease::Lease;
+use crate::limits;
 use crate::runtime;
 
 /// Longest wait between retries of a denied attempt.
@@ -131,7 +132,7 @@ impl Quorum {
         timeout: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Hold>> {
-        let give_up_at = timeout.map(|t| Instant::now() + t);
+        let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
         let mut attempt = 0u32;
         loop {
             if let Some(hold) = self.attempt(mode, identity, give_up_at, interrupted)? {

@@ -14,6 +14,7 @@ use super::session::{Binding, Session, SessionState};
 use crate::error::{Error, Result};
 use crate::holds::{Holds, ProcessHolds};
 use crate::identity::{random_hex, request_token};
+use crate::limits;
 
 /// How often an observer with nothing to read asks whether the leader's
 /// lease ran out (nobody else may notice, and so record, its end).
@@ -88,7 +89,8 @@ impl Election {
     /// the leader with `value`. Ok(false) when the timeout ran out.
     ///
     /// # Errors
-    /// [`Error::Config`] for an empty value, [`Error::AlreadyLocked`] when
+    /// [`Error::Config`] for an empty value or a timeout over 100 years,
+    /// [`Error::AlreadyLocked`] when
     /// this election leads already, [`Error::LockUnhealthy`] when the
     /// session is lost, [`Error::Backend`] if Redis cannot be reached.
     pub fn campaign(&self, value: &str, timeout: Option<Duration>) -> Result<bool> {
@@ -222,7 +224,7 @@ impl Observer {
         timeout: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Term>> {
-        let give_up_at = timeout.map(|t| Instant::now() + t);
+        let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
         loop {
             if let Some(term) = self.pending.pop_front() {
                 return Ok(Some(term));

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
 use crate::identity::{holder_identity, holder_number, random_hex, request_token};
 use crate::lease::Lease;
+use crate::limits;
 
 /// A distributed mutual-exclusion lock on one Redis server (or Cluster).
 ///
@@ -60,7 +61,8 @@ pub struct LockBuilder {
 }
 
 impl LockBuilder {
-    /// How long the lock outlives its holder's last refresh (default 30 s).
+    /// How long the lock outlives its holder's last refresh (default 30 s;
+    /// at most 30 days, [`MAX_PERIOD`](crate::MAX_PERIOD)).
     /// Not for a lock under a session, which lives as long as the session.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
@@ -80,7 +82,8 @@ impl LockBuilder {
         self.value = Some(value.into());
         self
     }
-    /// The wait of [`Lock::lock`] (default: forever).
+    /// The wait of [`Lock::lock`] (default: forever; at most 100 years,
+    /// [`MAX_WAIT`](crate::MAX_WAIT)).
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
         self
@@ -102,7 +105,7 @@ impl LockBuilder {
         self.identity_prefix = Some(prefix.into());
         self
     }
-    /// How long connecting to Redis may take before it counts as unreachable (default 5 s).
+    /// How long connecting to Redis may take before it counts as unreachable (default 5 s; at most 30 days).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -111,8 +114,8 @@ impl LockBuilder {
     /// Validates the options; touches no server.
     ///
     /// # Errors
-    /// [`Error::Config`] for an empty name, a TTL under 1 ms, an unparsable
-    /// URL, or a refresh interval that cannot keep the lease alive.
+    /// [`Error::Config`] for an empty name, a TTL under 1 ms or over 30
+    /// days, a timeout over 100 years, an unparsable URL, or a refresh interval that cannot keep the lease alive.
     pub fn build(self) -> Result<Lock> {
         let keys = Keys::new(&self.name)?;
         let (lease, binding) = match &self.session {
@@ -142,9 +145,8 @@ impl LockBuilder {
                 )
             }
         };
-        if self.connect_timeout.is_zero() {
-            return Err(Error::config("connect_timeout must be positive"));
-        }
+        limits::positive_period("connect_timeout", self.connect_timeout)?;
+        limits::wait(self.timeout)?;
         let prefix = match self.identity_prefix {
             Some(prefix) if prefix.is_empty() => {
                 return Err(Error::config("identity_prefix must not be empty"));
@@ -188,7 +190,8 @@ impl Lock {
     /// releases the lock when dropped.
     ///
     /// # Errors
-    /// [`Error::Timeout`] when the wait runs out, [`Error::AlreadyLocked`]
+    /// [`Error::Timeout`] when the wait runs out, [`Error::Config`] for a
+    /// timeout over 100 years, [`Error::AlreadyLocked`]
     /// if this thread holds it already, [`Error::Backend`] if Redis cannot
     /// be reached.
     pub fn acquire(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {

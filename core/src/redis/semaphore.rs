@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::identity::random_hex;
 use crate::lease::Lease;
+use crate::limits;
 use crate::runtime;
 
 /// A queued waiter stays eligible this long after its last renewal; a
@@ -225,7 +226,7 @@ impl Semaphore {
             Some(binding) => binding.meta(value)?,
             None => String::new(),
         };
-        let give_up_at = timeout.map(|t| Instant::now() + t);
+        let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
         if timeout == Some(Duration::ZERO) {
             return match self.attempt(token, &meta, Duration::ZERO) {
                 Ok(Attempt::Granted(hold)) => Ok(Some(hold)),
@@ -266,8 +267,14 @@ impl Semaphore {
                     earliest_expiry,
                 } => (clock, earliest_expiry),
             };
-            let mut listen_until =
-                Instant::now() + RECHECK.min(earliest_expiry.left() + Duration::from_millis(1));
+            // The server's earliest expiry may be anything; RECHECK bounds it.
+            let mut listen_until = limits::from_now(
+                RECHECK.min(
+                    earliest_expiry
+                        .left()
+                        .saturating_add(Duration::from_millis(1)),
+                ),
+            );
             if let Some(at) = give_up_at {
                 listen_until = listen_until.min(at);
             }
@@ -431,7 +438,7 @@ impl Semaphore {
         timeout: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        let give_up_at = timeout.map(|t| Instant::now() + t);
+        let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
         let watcher = format!("watch-{}", random_hex(12));
         let waited = self.watch_until_idle(&watcher, give_up_at, interrupted);
         if !matches!(waited, Ok(true)) {

@@ -31,6 +31,7 @@ use crate::health::Health;
 use crate::holds::{Holds, ProcessHolds};
 use crate::identity::random_hex;
 use crate::lease::Lease;
+use crate::limits;
 use crate::runtime;
 
 /// What ending a session (destroyed, or lost) does to its locks' values.
@@ -92,7 +93,7 @@ pub struct SessionBuilder {
 
 impl SessionBuilder {
     /// How long the session outlives its last renewal (default 15 s; at
-    /// least 10 ms). Renewed every ttl/2.
+    /// least 10 ms, at most 30 days). Renewed every ttl/2.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
@@ -104,12 +105,12 @@ impl SessionBuilder {
     }
     /// How long the locks of a session that was lost without
     /// [`Session::destroy`] stay barred, counted from the moment their lease
-    /// ran out (default 15 s; zero disables it).
+    /// ran out (default 15 s; zero disables it; at most 30 days).
     pub fn lock_delay(mut self, delay: Duration) -> Self {
         self.lock_delay = delay;
         self
     }
-    /// How long connecting to Redis may take (default 5 s).
+    /// How long connecting to Redis may take (default 5 s; at most 30 days).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -119,7 +120,8 @@ impl SessionBuilder {
     /// renewing it.
     ///
     /// # Errors
-    /// [`Error::Config`] for a TTL under 10 ms or a bad URL,
+    /// [`Error::Config`] for a TTL under 10 ms, a TTL, lock_delay or
+    /// connect_timeout over 30 days, or a bad URL,
     /// [`Error::Backend`] if Redis cannot be reached.
     pub fn build(self) -> Result<Session> {
         if self.ttl < Duration::from_millis(10) {
@@ -128,9 +130,8 @@ impl SessionBuilder {
                 self.ttl
             )));
         }
-        if self.connect_timeout.is_zero() {
-            return Err(Error::config("connect_timeout must be positive"));
-        }
+        limits::positive_period("connect_timeout", self.connect_timeout)?;
+        limits::period("lock_delay", self.lock_delay)?;
         let lease = Lease::new(self.ttl, Some(self.ttl / 2), 1)?;
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let id = random_hex(16);

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
 use crate::identity::uuid4;
 use crate::lease::Lease;
+use crate::limits;
 
 /// At most `limit` holders at a time across every process, however many
 /// crash: a crashed holder's slot comes free after `ttl`.
@@ -52,7 +53,7 @@ pub struct WaitGroupBuilder {
 }
 
 impl WaitGroupBuilder {
-    /// How long a slot outlives its holder's last refresh (default 30 s).
+    /// How long a slot outlives its holder's last refresh (default 30 s; at most 30 days).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
@@ -67,7 +68,7 @@ impl WaitGroupBuilder {
         self.max_refresh_fails = count;
         self
     }
-    /// How long connecting may take before Redis counts as unreachable (default 5 s).
+    /// How long connecting may take before Redis counts as unreachable (default 5 s; at most 30 days).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -76,7 +77,8 @@ impl WaitGroupBuilder {
     /// Validates the options; touches no server.
     ///
     /// # Errors
-    /// [`Error::Config`] for an empty name, a limit of 0, a TTL under 1 ms,
+    /// [`Error::Config`] for an empty name, a limit of 0, a TTL under 1 ms
+    /// or over 30 days,
     /// an unparsable URL, or a refresh interval that cannot keep slots alive.
     pub fn build(self) -> Result<WaitGroup> {
         let keys = Keys::new(&self.name)?;
@@ -84,9 +86,7 @@ impl WaitGroupBuilder {
             return Err(Error::config("limit must be at least 1"));
         }
         let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
-        if self.connect_timeout.is_zero() {
-            return Err(Error::config("connect_timeout must be positive"));
-        }
+        limits::positive_period("connect_timeout", self.connect_timeout)?;
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let what = format!("wait group {:?}", self.name);
         Ok(WaitGroup {
@@ -118,8 +118,9 @@ impl WaitGroup {
     /// guard frees it on drop.
     ///
     /// # Errors
-    /// [`Error::Timeout`] when the wait runs out, [`Error::Backend`] if
-    /// Redis cannot be reached.
+    /// [`Error::Timeout`] when the wait runs out, [`Error::Config`] for a
+    /// timeout over 100 years, [`Error::Backend`] if Redis cannot be
+    /// reached.
     pub fn acquire(&self, timeout: Option<Duration>) -> Result<Slot<'_>> {
         let token = self.add(timeout, &|| false)?;
         Ok(Slot {
@@ -185,6 +186,9 @@ impl WaitGroup {
     }
 
     /// Waits up to `timeout` (None: forever) until no slot is held.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a timeout over 100 years.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
         self.wait_interruptibly(timeout, &|| false)
     }

@@ -19,7 +19,9 @@ module Lockyard
     # holds nor frees its parent's slots by dropping its copy of the group
     # or by leaving a {#synchronize} block it inherited.
     #
-    # Durations are seconds (Integer or Float). Bad arguments raise
+    # Durations are seconds (Integer or Float): a ttl, lock_delay,
+    # refresh_interval or connect/request timeout at most 30 days, a wait's
+    # timeout at most 100 years (nil waits forever). Bad arguments raise
     # {Lockyard::ConfigError} before any network access.
     class WaitGroup
       # @param url [String] redis://, rediss:// or unix:// URL

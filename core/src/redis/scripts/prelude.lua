@@ -91,7 +91,10 @@ local function end_grant(token, expired_at)
   local never_taken = redis.call('HDEL', bound, 'handoff:' .. token) == 1
   if expired_at and b.delay_ms > 0 and not never_taken then
     local left = expired_at + b.delay_ms - now_ms
-    if left > redis.call('PTTL', delay_key) then
+    -- A delay already over (found in its last millisecond, or late) bars
+    -- nothing; SET … PX 0 or -1 would fail after this script's earlier
+    -- writes, and PTTL of a missing key (-2) is below both.
+    if left > 0 and left > redis.call('PTTL', delay_key) then
       redis.call('SET', delay_key, token, 'PX', int(left))
     end
   end
