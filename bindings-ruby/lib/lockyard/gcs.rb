@@ -17,8 +17,8 @@ module Lockyard
     #     lock.check_health!   # periodically, before each step that must not run twice
     #   end
     #
-    # Durations are seconds (Integer or Float): a ttl, lock_delay,
-    # refresh_interval or connect/request timeout at most 30 days, a wait's
+    # Durations are seconds (Integer or Float): a ttl, refresh_interval,
+    # backoff or request timeout at most 30 days, a wait's
     # timeout at most 100 years (nil waits forever). Bad arguments raise
     # {Lockyard::ConfigError} before any request.
     class Lock
