@@ -46,11 +46,13 @@ def test_paused_holder_is_taken_over_turns_unhealthy_and_unlock_says_false(
 ) -> None:
     holder = Lock(bucket_name="locks", path="a", ttl=1.5, refresh_interval=0.1)
     assert holder.acquire()
-    gcs.inject("update", "slow:2.5")  # its next refresh hangs past the TTL
+    # Its next refresh hangs past the TTL: past the expires_at it last
+    # wrote, which may be up to a second (Date's resolution) beyond it.
+    gcs.inject("update", "slow:3.5")
     taker = Lock(bucket_name="locks", path="a", ttl=5.0, **FAST)
     assert taker.acquire(timeout=5)
     assert not holder.healthy
-    time.sleep(1.5)  # the hung refresh lands after the takeover: 412
+    time.sleep(2.5)  # the hung refresh lands after the takeover: 412
     assert "another holder" in (holder.last_refresh_error or "")
     assert holder.unlock() is False
     assert taker.owned(), "the late unlock left the new holder's object alone"

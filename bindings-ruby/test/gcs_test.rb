@@ -278,11 +278,13 @@ class GcsFaultsTest < Minitest::Test
   def test_paused_holder_is_taken_over_turns_unhealthy_and_unlock_says_false
     holder = new_lock(ttl: 1.5, refresh_interval: 0.1)
     holder.lock
-    @gcs.inject("update", "slow:2.5")
+    # Its next refresh hangs past the expires_at it last wrote, which may be
+    # up to a second (Date's resolution) beyond the TTL.
+    @gcs.inject("update", "slow:3.5")
     taker = new_lock(ttl: 5, backoff_min: 0.02, backoff_max: 0.1)
     taker.lock(timeout: 5)
     refute holder.healthy?
-    sleep 1.5
+    sleep 2.5
     assert_raises(Lockyard::LockUnhealthyError) { holder.check_health! }
     assert_match(/another holder/, holder.last_refresh_error.message)
     assert_equal false, holder.unlock
