@@ -103,4 +103,3 @@ def test_a_worker_killed_after_adopting_frees_the_slot_after_the_ttl(
     assert 0.2 < waited < TTL + 0.5, waited
     assert observer.healthy(token) is False
     assert observer.done(second) is True
-
