@@ -177,7 +177,12 @@ impl RedisWaitGroup {
 type Take = fn(&Core, Option<Duration>, &dyn Fn() -> bool) -> lockyard::Result<String>;
 
 impl RedisWaitGroup {
-    fn take_within(&self, py: Python<'_>, timeout: Option<Duration>, take: Take) -> PyResult<String> {
+    fn take_within(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Duration>,
+        take: Take,
+    ) -> PyResult<String> {
         self.group.wait(
             py,
             |group, interrupted| take(group, timeout, interrupted),
@@ -208,7 +213,10 @@ impl Slot {
         if this.token.get().is_some() {
             return Err(entered_twice(py));
         }
-        let token = this.group.get().take_within(py, this.timeout, Core::enter)?;
+        let token = this
+            .group
+            .get()
+            .take_within(py, this.timeout, Core::enter)?;
         // Entering is serialised by the check above only per thread; a
         // second thread racing in here would hold a slot it cannot free.
         if let Err(token) = this.token.set(token) {
