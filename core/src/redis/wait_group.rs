@@ -148,9 +148,11 @@ impl WaitGroup {
     }
 
     /// Takes a slot and returns its token (a UUID), to be freed with
-    /// [`WaitGroup::done`] from this process or any other. `interrupted` is
-    /// polled at least every 50 ms while waiting; when it answers true
-    /// nothing stays held and the call returns [`Error::Interrupted`].
+    /// [`WaitGroup::done`] from this process or any other. This process
+    /// keeps it alive until another one [adopts](WaitGroup::adopt) it;
+    /// dropping the group does not free it. `interrupted` is polled at
+    /// least every 50 ms while waiting; when it answers true nothing stays
+    /// held and the call returns [`Error::Interrupted`].
     ///
     /// # Errors
     /// [`Error::Timeout`] when the wait runs out.
