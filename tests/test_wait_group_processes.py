@@ -269,3 +269,54 @@ def test_done_from_another_process_frees_the_slot_and_ends_wait(start, redis_ser
         assert holder.wait_for("checked")["healthy"] is False
         assert holder.wait_for("done")["freed"] is False
     assert within(2.0, lambda: fence_only(redis_server, "handoff"))
+
+
+@pytest.mark.parametrize(("adder_lang", "worker_lang"), [("py", "rb"), ("rb", "py")])
+def test_a_slot_handed_to_a_worker_outlives_its_adder_until_done(
+    start, redis_server, adder_lang, worker_lang
+):
+    adder = start("relay", "add", adder_lang, limit=1, ttl=TTL)
+    added = adder.wait_for("added")
+    adder.finish()  # a clean exit: the slot is the worker's to keep
+    worker = start(
+        "relay", "adopt", worker_lang, limit=1, ttl=TTL, token=added["token"], hold=-1
+    )
+    adopted = worker.wait_for("adopted")
+    assert adopted == {**adopted, "adopted": True, "fence": added["fence"]}
+    time.sleep(2 * TTL)
+    wg = WaitGroup(redis_server.url, "relay", limit=1, ttl=10)
+    with pytest.raises(lockyard.TimeoutError):
+        wg.add(timeout=0.2)  # never one slot too many while the worker runs
+    worker.tell()
+    assert worker.wait_for("checked")["healthy"] is True
+    assert worker.wait_for("done")["freed"] is True
+    worker.finish()
+    assert wg.count() == 0
+    assert within(1.0, lambda: fence_only(redis_server, "relay"))
+
+
+@pytest.mark.parametrize("worker_lang", ["py", "rb"])
+def test_a_killed_worker_frees_its_adopted_slot_after_ttl_while_the_adder_lives(
+    start, redis_server, worker_lang
+):
+    adder = start("orphan", "hold", limit=1, ttl=TTL, hold=-1)
+    token = adder.wait_for("acquired")["token"]
+    worker = start(
+        "orphan", "adopt", worker_lang, limit=1, ttl=TTL, token=token, hold=-1
+    )
+    assert worker.wait_for("adopted")["adopted"] is True
+    worker.signal(signal.SIGKILL)
+    killed = time.monotonic()
+
+    wg = WaitGroup(redis_server.url, "orphan", limit=1, ttl=10)
+    other = wg.add(timeout=5.0)
+    free_after = time.monotonic() - killed
+    assert free_after >= TTL - REFRESH_EVERY - 0.1, (
+        "freed while the worker's lease was live"
+    )
+    assert free_after <= TTL + 0.5, "the adder kept refreshing what it handed off"
+    adder.tell("report")
+    checked = adder.wait_for("checked")
+    assert checked["healthy"] is False, "the adder still counts the slot as its own"
+    assert adder.wait_for("done")["freed"] is False
+    assert wg.done(other)

@@ -5,6 +5,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use lockyard::redis::WaitGroup as Core;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
@@ -18,15 +19,19 @@ use crate::unlocked::Unlocked;
 /// after ``ttl``; held slots are refreshed in the background meanwhile.
 ///
 /// Slots belong to the process, not the thread: a token from ``add()`` can
-/// be given to ``done()`` from any thread, or any other process. Dropping
-/// the group frees the slots this process still holds.
+/// be given to ``done()`` from any thread, or any other process. A process
+/// that works on a token it was handed calls ``adopt(token)`` so that the
+/// slot lives as long as it does. Dropping the group, or exiting, frees the
+/// slots of ``with`` blocks still open, never those taken by ``add()``:
+/// nobody refreshes them any more, and they run out after ``ttl`` unless
+/// another process adopted them.
 ///
 /// >>> quota = WaitGroup("redis://127.0.0.1:6379/0", "api-quota", limit=10)
 /// >>> with quota.slot() as slot:
 /// ...     slot.check_health()  # before each step that must stay within the limit
 #[pyclass(frozen, module = "lockyard.redis", name = "WaitGroup")]
 pub(crate) struct RedisWaitGroup {
-    group: Unlocked<lockyard::redis::WaitGroup>,
+    group: Unlocked<Core>,
     name: String,
     limit: u32,
 }
@@ -54,7 +59,7 @@ impl RedisWaitGroup {
         let name = text("name", name)?;
         let limit = count("limit", limit)?;
         let builder = lease_options(
-            lockyard::redis::WaitGroup::builder(text("url", url)?, name.clone(), limit),
+            Core::builder(text("url", url)?, name.clone(), limit),
             ttl,
             refresh_interval,
             max_refresh_fails,
@@ -73,7 +78,20 @@ impl RedisWaitGroup {
     /// slot with ``done(token)``, or prefer ``with wg.slot():``.
     #[pyo3(signature = (timeout=None))]
     fn add(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
-        self.add_within(py, optional_seconds("timeout", timeout)?)
+        self.take_within(py, optional_seconds("timeout", timeout)?, Core::add)
+    }
+
+    /// Takes over keeping the slot of ``token`` alive, in the process that
+    /// works on it: from now on this process refreshes it and the adder's
+    /// stops, so the slot is freed by ``done(token)`` or ``ttl`` after this
+    /// process dies. False if the slot is gone (done, or run out).
+    ///
+    /// >>> if wg.adopt(token):  # token handed over by the adder
+    /// ...     work()
+    /// ...     wg.done(token)
+    fn adopt(&self, py: Python<'_>, token: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let token = text("token", token)?;
+        self.group.call(py, |group| group.adopt(&token))
     }
 
     /// Frees the slot of ``token``, from whichever process took it. False if
@@ -157,11 +175,19 @@ impl RedisWaitGroup {
     }
 }
 
+/// The core's `add` or `enter`.
+type Take = fn(&Core, Option<Duration>, &dyn Fn() -> bool) -> lockyard::Result<String>;
+
 impl RedisWaitGroup {
-    fn add_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<String> {
+    fn take_within(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Duration>,
+        take: Take,
+    ) -> PyResult<String> {
         self.group.wait(
             py,
-            |group, interrupted| group.add(timeout, interrupted),
+            |group, interrupted| take(group, timeout, interrupted),
             |group, token| {
                 let _ = group.done(&token);
             },
@@ -189,7 +215,10 @@ impl Slot {
         if this.token.get().is_some() {
             return Err(entered_twice(py));
         }
-        let token = this.group.get().add_within(py, this.timeout)?;
+        let token = this
+            .group
+            .get()
+            .take_within(py, this.timeout, Core::enter)?;
         // Entering is serialised by the check above only per thread; a
         // second thread racing in here would hold a slot it cannot free.
         if let Err(token) = this.token.set(token) {
@@ -271,7 +300,7 @@ impl Slot {
     fn with_token<R: Send>(
         &self,
         py: Python<'_>,
-        call: impl FnOnce(&lockyard::redis::WaitGroup, &str) -> lockyard::Result<R> + Send,
+        call: impl FnOnce(&Core, &str) -> lockyard::Result<R> + Send,
     ) -> PyResult<R> {
         let group = self.group.get();
         let Some(token) = self.token.get() else {

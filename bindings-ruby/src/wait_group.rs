@@ -21,6 +21,7 @@ pub(crate) fn define(ruby: &Ruby, redis: RModule) -> Result<(), Error> {
     class.define_singleton_method("build", method!(WaitGroup::build, 7))?;
     class.define_private_method("take", method!(WaitGroup::take, 2))?;
     class.define_method("done", method!(WaitGroup::done, 1))?;
+    class.define_method("adopt", method!(WaitGroup::adopt, 1))?;
     class.define_private_method("leave", method!(WaitGroup::leave, 1))?;
     class.define_private_method("wait_idle", method!(WaitGroup::wait_idle, 1))?;
     class.define_method("count", method!(WaitGroup::count, 0))?;
@@ -73,23 +74,32 @@ impl WaitGroup {
     }
 
     /// Takes a slot, waiting up to `timeout` seconds (nil: forever), and
-    /// returns its token. With a `slot` object, stores the token in its
-    /// `@token` before Ruby can raise an interrupt: `synchronize`'s ensure
-    /// then finds every slot it must free.
+    /// returns its token. With a `slot` object, takes it for
+    /// `synchronize`'s block and stores the token in the slot's `@token`
+    /// before Ruby can raise an interrupt: the block's ensure then finds
+    /// every slot it must free.
     fn take(ruby: &Ruby, rb_self: &Self, timeout: Value, slot: Value) -> Result<String, Error> {
         let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
+        let Some(slot) = RObject::from_value(slot) else {
+            return rb_self
+                .core
+                .blocking(ruby, |group, interrupted| group.add(timeout, interrupted));
+        };
         let token = rb_self
             .core
-            .blocking(ruby, |group, interrupted| group.add(timeout, interrupted))?;
-        if let Some(slot) = RObject::from_value(slot) {
-            slot.ivar_set("@token", token.as_str())?;
-        }
+            .blocking(ruby, |group, interrupted| group.enter(timeout, interrupted))?;
+        slot.ivar_set("@token", token.as_str())?;
         Ok(token)
     }
 
     fn done(ruby: &Ruby, rb_self: &Self, token: Value) -> Result<bool, Error> {
         let token = convert::string("token", token).or_raise(ruby)?;
         rb_self.core.blocking(ruby, |group, _| group.done(&token))
+    }
+
+    fn adopt(ruby: &Ruby, rb_self: &Self, token: Value) -> Result<bool, Error> {
+        let token = convert::string("token", token).or_raise(ruby)?;
+        rb_self.core.blocking(ruby, |group, _| group.adopt(&token))
     }
 
     /// Ends `synchronize`'s block: frees the slot unless it is a parent

@@ -249,7 +249,7 @@ class WaitGroupTest < Minitest::Test
       reader.close
       writer.write(Marshal.dump([wg.healthy?(token), wg.fencing_token(token)]))
       writer.close
-      # A normal exit frees the slots this process holds, and none else.
+      # A normal exit frees none of the parent's slots.
     end
     writer.close
     seen_by_child = Marshal.load(reader.read)

@@ -15,6 +15,10 @@ Modes:
   hold   take one slot (waiting up to `timeout`), report its token, hold it
          for `hold` seconds (negative: until a line on stdin), report its
          health, then give it back with done().
+  add    take one slot and report its token, then exit without done():
+         the token is for another process to adopt.
+  adopt  adopt(--token), report whether it was still there, then hold and
+         free it like `hold`.
   done   done(--token), from this process, which never held it.
   wait   wait() up to `timeout` for no slot to be held.
 """
@@ -82,6 +86,14 @@ def hold(wg: WaitGroup, args: argparse.Namespace, report: Reports) -> None:
         report("timeout")
         return
     report("acquired", token=token, fence=wg.fencing_token(token))
+    keep_and_free(wg, token, args, report)
+
+
+def keep_and_free(
+    wg: WaitGroup, token: str, args: argparse.Namespace, report: Reports
+) -> None:
+    """Holds the slot of `token` for `hold` seconds (negative: until a line
+    on stdin), reports its health, then frees it with done()."""
     if args.hold < 0:
         sys.stdin.readline()
     else:
@@ -96,6 +108,18 @@ def hold(wg: WaitGroup, args: argparse.Namespace, report: Reports) -> None:
     report("done", freed=wg.done(token))
 
 
+def add(wg: WaitGroup, args: argparse.Namespace, report: Reports) -> None:
+    token = wg.add(timeout=args.timeout)
+    report("added", token=token, fence=wg.fencing_token(token))
+
+
+def adopt(wg: WaitGroup, args: argparse.Namespace, report: Reports) -> None:
+    adopted = wg.adopt(args.token)
+    report("adopted", adopted=adopted, fence=wg.fencing_token(args.token))
+    if adopted:
+        keep_and_free(wg, args.token, args, report)
+
+
 def done(wg: WaitGroup, args: argparse.Namespace, report: Reports) -> None:
     report("done", freed=wg.done(args.token))
 
@@ -105,7 +129,14 @@ def wait(wg: WaitGroup, args: argparse.Namespace, report: Reports) -> None:
     report("waited", idle=wg.wait(timeout=args.timeout))
 
 
-MODES = {"crowd": crowd, "hold": hold, "done": done, "wait": wait}
+MODES = {
+    "crowd": crowd,
+    "hold": hold,
+    "add": add,
+    "adopt": adopt,
+    "done": done,
+    "wait": wait,
+}
 
 
 def main() -> None:
@@ -123,7 +154,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, help="crowd: seconds to go on")
     parser.add_argument("--counter", help="crowd: file counting who is inside")
     parser.add_argument("--timeout", type=float, help="longest wait, seconds")
-    parser.add_argument("--token", help="done: the token to free")
+    parser.add_argument("--token", help="done, adopt: the token")
     args = parser.parse_args()
 
     wg = WaitGroup(args.url, args.name, limit=args.limit, ttl=args.ttl)

@@ -72,6 +72,12 @@ module WaitGroupWorker
       return report("timeout")
     end
     report("acquired", token: token, fence: wg.fencing_token(token))
+    keep_and_free(wg, token, options)
+  end
+
+  # Hold the slot of `token` (negative: until a line on stdin), report its
+  # health, then give it back with done.
+  def keep_and_free(wg, token, options)
     options[:hold].negative? ? $stdin.gets : sleep(options[:hold])
     healthy = wg.healthy?(token)
     check = begin
@@ -82,6 +88,21 @@ module WaitGroupWorker
     end
     report("checked", healthy: healthy, check: check)
     report("done", freed: wg.done(token))
+  end
+
+  # Take one slot and report its token, then exit without done: the token
+  # is for another process to adopt.
+  def add(wg, options)
+    token = wg.add(timeout: options[:timeout])
+    report("added", token: token, fence: wg.fencing_token(token))
+  end
+
+  # adopt(--token), report whether it was still there, then hold and free it
+  # like `hold`.
+  def adopt(wg, options)
+    adopted = wg.adopt(options[:token])
+    report("adopted", adopted: adopted, fence: wg.fencing_token(options[:token]))
+    keep_and_free(wg, options[:token], options) if adopted
   end
 
   # done(--token), from this process, which never held it.
@@ -95,7 +116,7 @@ module WaitGroupWorker
     report("waited", idle: wg.wait(timeout: options[:timeout]))
   end
 
-  MODES = %w[crowd hold done wait].freeze
+  MODES = %w[crowd hold add adopt done wait].freeze
 
   def parse(argv)
     options = { mode: "crowd", ttl: 30.0, hold: 0.005, iterations: 10, duration: nil, timeout: nil }
@@ -110,7 +131,7 @@ module WaitGroupWorker
       op.on("--duration SECONDS", Float, "crowd: seconds to go on")
       op.on("--counter PATH", "crowd: file counting who is inside")
       op.on("--timeout SECONDS", Float, "longest wait")
-      op.on("--token TOKEN", "done: the token to free")
+      op.on("--token TOKEN", "done, adopt: the token")
     end
     parser.parse!(argv, into: options)
     abort(parser.banner) unless argv.size == 2 && options[:limit] && options[:reports]

@@ -23,6 +23,9 @@ pub(crate) struct Keys {
     /// What the name is while anyone holds or waits for it: a lock, or a
     /// WaitGroup of some limit (see `recorded_shape` in the prelude).
     pub(crate) shape: String,
+    /// Slots adopted by another process, by token: the refresher that now
+    /// keeps each alive (see `adopt.lua`).
+    pub(crate) owners: String,
     /// A waiter's wake-up list is this prefix followed by its token.
     pub(crate) wake_prefix: String,
 }
@@ -43,11 +46,12 @@ impl Keys {
             value: format!("{base}:value"),
             terms: format!("{base}:terms"),
             shape: format!("{base}:shape"),
+            owners: format!("{base}:owners"),
             wake_prefix: format!("{base}:wake:"),
         })
     }
 
-    pub(crate) fn all(&self) -> [&str; 11] {
+    pub(crate) fn all(&self) -> [&str; 12] {
         [
             &self.holders,
             &self.grants,
@@ -60,6 +64,7 @@ impl Keys {
             &self.value,
             &self.terms,
             &self.shape,
+            &self.owners,
         ]
     }
 }

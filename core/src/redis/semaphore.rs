@@ -21,6 +21,9 @@ use crate::lease::Lease;
 use crate::limits;
 use crate::runtime;
 
+/// The refresher id of the process that took a slot (see `refresh.lua`);
+/// a process that adopts a slot refreshes it under an id of its own.
+const TAKER: &str = "";
 /// A queued waiter stays eligible this long after its last renewal; a
 /// crashed waiter stops being handed slots after at most this much.
 const WAITER_LEASE: Duration = Duration::from_secs(2);
@@ -124,7 +127,7 @@ pub(crate) struct Member {
 impl Member {
     /// Extends the grant by the session's TTL; Ok(false) if it was lost.
     pub(crate) async fn refresh(&self) -> Result<bool> {
-        refresh_once(&self.shared, &self.token).await
+        Ok(refresh_once(&self.shared, &self.token, TAKER).await? == Renewal::Extended)
     }
 
     /// Gives the grant back (a clean release: no lock_delay).
@@ -316,7 +319,13 @@ impl Semaphore {
             server_ms: now_ms,
         };
         Ok(if granted == 1 {
-            Attempt::Granted(self.hold(token, fence as u64, clock.local(deadline_ms), false)?)
+            Attempt::Granted(self.hold(
+                token,
+                fence as u64,
+                clock.local(deadline_ms),
+                false,
+                TAKER,
+            )?)
         } else {
             Attempt::Queued {
                 clock,
@@ -372,7 +381,7 @@ impl Semaphore {
             .ok_or_else(|| self.protocol_error("wait"))?;
         // It lasts only the handoff window until refreshed, which the
         // refresher does at once.
-        self.hold(token, fence, clock.local(deadline_ms), true)
+        self.hold(token, fence, clock.local(deadline_ms), true, TAKER)
     }
 
     /// Ok unless the wait runs under a session that was destroyed or lost
@@ -392,6 +401,35 @@ impl Semaphore {
                 .invoke::<i64>(conn)
         })?;
         Ok(())
+    }
+
+    /// Takes over keeping `token`'s slot alive from whichever process took
+    /// (or last adopted) it: from now on only this process's refresher
+    /// extends the lease, renewed at once. Ok(None) when the slot is gone.
+    pub(crate) fn adopt(&self, token: &str) -> Result<Option<Hold>> {
+        let s = &self.shared;
+        let refresher = random_hex(16);
+        let sent = Stamp::now();
+        let reply: Vec<i64> = s.route.run("adopt", COMMAND_TIMEOUT, |conn| {
+            prepare(&SCRIPTS.adopt, &s.keys, s.shape.limit())
+                .arg(token)
+                .arg(s.lease.ttl_ms())
+                .arg(&refresher)
+                .invoke(conn)
+        })?;
+        let [adopted, fence, deadline_ms, now_ms] = reply[..] else {
+            return Err(self.protocol_error("adopt"));
+        };
+        if adopted != 1 {
+            return Ok(None);
+        }
+        let clock = ClockPair {
+            sent,
+            server_ms: now_ms,
+        };
+        let valid_until = clock.local(deadline_ms);
+        self.hold(token, fence as u64, valid_until, false, &refresher)
+            .map(Some)
     }
 
     /// Gives the slot back. Ok(false) when it had already been lost
@@ -509,12 +547,22 @@ impl Semaphore {
         })
     }
 
-    fn hold(&self, token: &str, fence: u64, valid_until: Stamp, refresh_now: bool) -> Result<Hold> {
+    /// A granted slot, kept alive from now on by this process's refresher
+    /// `refresher` (or by the session it was taken under).
+    fn hold(
+        &self,
+        token: &str,
+        fence: u64,
+        valid_until: Stamp,
+        refresh_now: bool,
+        refresher: &str,
+    ) -> Result<Hold> {
         let Some(binding) = &self.shared.binding else {
             let health = Arc::new(Health::new(valid_until));
             let refresher = runtime::spawn(refresh_loop(
                 self.shared.clone(),
                 token.to_owned(),
+                refresher.to_owned(),
                 health.clone(),
                 refresh_now,
             ));
@@ -538,6 +586,7 @@ impl Semaphore {
                     prepare(&SCRIPTS.refresh, &s.keys, s.shape.limit())
                         .arg(token)
                         .arg(s.lease.ttl_ms())
+                        .arg(refresher)
                         .invoke(conn)
                 });
                 match outcome {
@@ -590,7 +639,13 @@ impl Semaphore {
 /// Keeps one slot alive until aborted. A refresh that finds the slot gone
 /// marks it lost at once; transient failures only after
 /// `max_refresh_fails` in a row.
-async fn refresh_loop(shared: Arc<Shared>, token: String, health: Arc<Health>, mut due_now: bool) {
+async fn refresh_loop(
+    shared: Arc<Shared>,
+    token: String,
+    refresher: String,
+    health: Arc<Health>,
+    mut due_now: bool,
+) {
     let lease = &shared.lease;
     let mut failures = 0;
     // A handed-over grant lasts only the handoff window until its first
@@ -607,14 +662,20 @@ async fn refresh_loop(shared: Arc<Shared>, token: String, health: Arc<Health>, m
         }
         due_now = false;
         let sent = Stamp::now();
-        let outcome = refresh_once(&shared, &token).await;
+        let outcome = refresh_once(&shared, &token, &refresher).await;
         match outcome {
-            Ok(true) => {
+            Ok(Renewal::Extended) => {
                 taken_up = true;
                 failures = 0;
                 health.extend(sent + lease.ttl);
             }
-            Ok(false) => {
+            Ok(Renewal::Adopted) => {
+                // Not lost: kept alive elsewhere now, and no longer ours.
+                log::debug!("a slot of {} was adopted by another process", shared.what);
+                health.mark_lost("the slot was adopted by another process");
+                return;
+            }
+            Ok(Renewal::Lost) => {
                 let reason =
                     "the lease ran out or the slot was taken over before it could be refreshed";
                 log::warn!("{} lost: {reason}", shared.what);
@@ -645,10 +706,20 @@ fn first_refresh_retry(lease: &Lease) -> Duration {
     WAITER_LEASE / (lease.max_refresh_fails + 1)
 }
 
-/// One refresh of `token`'s lease by the shared TTL: Ok(false) when it was
-/// already lost. It follows the slot wherever the Cluster moved it; a
-/// failed connection is dropped so the next try reconnects.
-async fn refresh_once(shared: &Shared, token: &str) -> Result<bool> {
+/// What one refresh found.
+#[derive(Debug, PartialEq, Eq)]
+enum Renewal {
+    Extended,
+    /// Expired or freed: whatever the slot protected may be touched by others.
+    Lost,
+    /// Another process adopted the slot; its refresher keeps it alive.
+    Adopted,
+}
+
+/// One refresh of `token`'s lease by the shared TTL, by `refresher`. It
+/// follows the slot wherever the Cluster moved it; a failed connection is
+/// dropped so the next try reconnects.
+async fn refresh_once(shared: &Shared, token: &str, refresher: &str) -> Result<Renewal> {
     let renewed: Vec<i64> = shared
         .route
         .in_background(
@@ -658,10 +729,15 @@ async fn refresh_once(shared: &Shared, token: &str) -> Result<bool> {
                 prepare(&SCRIPTS.refresh, &shared.keys, shared.shape.limit())
                     .arg(token)
                     .arg(shared.lease.ttl_ms())
+                    .arg(refresher)
                     .invoke_async(&mut conn)
                     .await
             },
         )
         .await?;
-    Ok(renewed.first() == Some(&1))
+    Ok(match renewed.first() {
+        Some(1) => Renewal::Extended,
+        Some(2) => Renewal::Adopted,
+        _ => Renewal::Lost,
+    })
 }

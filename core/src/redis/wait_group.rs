@@ -1,6 +1,7 @@
 //! A distributed counting semaphore with Go's WaitGroup shape: `add`
 //! takes one of `limit` slots and returns its token, `done(token)` frees
-//! it from any process, `wait` returns once no slot is held.
+//! it from any process, `adopt(token)` moves its lease to the process that
+//! works on it, `wait` returns once no slot is held.
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -16,6 +17,14 @@ use crate::limits;
 
 /// At most `limit` holders at a time across every process, however many
 /// crash: a crashed holder's slot comes free after `ttl`.
+///
+/// A slot is freed only by [`WaitGroup::done`], by its lease running out,
+/// or by the end of the [`Slot`] guard that took it. A token handed to
+/// another process stays alive from the adder's process until that process
+/// calls [`WaitGroup::adopt`]; dropping the group (or exiting) never frees
+/// slots taken by [`WaitGroup::add`], it only stops refreshing them: they
+/// run out after `ttl` unless another process adopted them. So a worker
+/// still running on a handed-off token is never joined by one slot too many.
 ///
 /// Admission is one atomic script on the server's clock, so the limit holds
 /// whatever the clients' clocks say. Waiters are served in arrival order
@@ -36,7 +45,16 @@ use crate::limits;
 pub struct WaitGroup {
     semaphore: Semaphore,
     /// Slots this process holds, by token.
-    slots: Holds<String, Hold>,
+    slots: Holds<String, Held>,
+}
+
+/// A slot this process keeps alive.
+struct Held {
+    hold: Hold,
+    /// Taken for a block ([`WaitGroup::acquire`], a binding's `with` or
+    /// `synchronize`): freed when the group is dropped inside the block.
+    /// Other slots may be worked on elsewhere: they are left to run out.
+    in_block: bool,
 }
 
 /// Options for a [`WaitGroup`]; start with [`WaitGroup::builder`].
@@ -122,7 +140,7 @@ impl WaitGroup {
     /// timeout over 100 years, [`Error::Backend`] if Redis cannot be
     /// reached.
     pub fn acquire(&self, timeout: Option<Duration>) -> Result<Slot<'_>> {
-        let token = self.add(timeout, &|| false)?;
+        let token = self.enter(timeout, &|| false)?;
         Ok(Slot {
             group: self,
             token,
@@ -131,17 +149,44 @@ impl WaitGroup {
     }
 
     /// Takes a slot and returns its token (a UUID), to be freed with
-    /// [`WaitGroup::done`] from this process or any other. `interrupted` is
-    /// polled at least every 50 ms while waiting; when it answers true
-    /// nothing stays held and the call returns [`Error::Interrupted`].
+    /// [`WaitGroup::done`] from this process or any other. This process
+    /// keeps it alive until another one [adopts](WaitGroup::adopt) it;
+    /// dropping the group does not free it. `interrupted` is polled at
+    /// least every 50 ms while waiting; when it answers true nothing stays
+    /// held and the call returns [`Error::Interrupted`].
     ///
     /// # Errors
     /// [`Error::Timeout`] when the wait runs out.
     pub fn add(&self, timeout: Option<Duration>, interrupted: &dyn Fn() -> bool) -> Result<String> {
+        self.take(timeout, interrupted, false)
+    }
+
+    /// Takes a slot for a block that ends with [`WaitGroup::leave`] (a
+    /// binding's `with` or `synchronize`); like [`WaitGroup::add`], except
+    /// that dropping the group inside the block frees the slot.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out.
+    pub fn enter(
+        &self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<String> {
+        self.take(timeout, interrupted, true)
+    }
+
+    fn take(
+        &self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+        in_block: bool,
+    ) -> Result<String> {
         let token = uuid4();
         match self.semaphore.acquire(&token, "", timeout, interrupted)? {
             Some(hold) => {
-                self.slots.get().insert(token.clone(), hold);
+                self.slots
+                    .get()
+                    .insert(token.clone(), Held { hold, in_block });
                 Ok(token)
             }
             None => Err(Error::Timeout {
@@ -155,10 +200,43 @@ impl WaitGroup {
     /// that slot had already expired or been freed, or the token is not one
     /// of this group's: never an error that could cost other slots.
     pub fn done(&self, token: &str) -> Result<bool> {
-        match self.slots.get().remove(token) {
-            Some(hold) => self.semaphore.release(hold),
+        let held = self.slots.get().remove(token);
+        match held {
+            Some(held) => self.semaphore.release(held.hold),
             None => self.semaphore.release_token(token),
         }
+    }
+
+    /// Takes over keeping the slot of `token` alive, typically in the
+    /// worker process the adder handed the token to: from now on this
+    /// process refreshes it (and the adder's process stops), so the slot
+    /// lives as long as this process and this group do, until
+    /// [`WaitGroup::done`] frees it. Ok(false) when the slot is gone (done,
+    /// or its lease ran out). Afterwards [`WaitGroup::healthy`] and
+    /// [`WaitGroup::fencing_token`] answer for it here.
+    ///
+    /// ```no_run
+    /// # let token = String::new();
+    /// use lockyard::redis::WaitGroup;
+    ///
+    /// let quota = WaitGroup::builder("redis://127.0.0.1:6379/0", "api-quota", 10).build()?;
+    /// if quota.adopt(&token)? {
+    ///     // ... the work the slot was taken for ...
+    ///     quota.done(&token)?;
+    /// }
+    /// # Ok::<(), lockyard::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if Redis cannot be reached.
+    pub fn adopt(&self, token: &str) -> Result<bool> {
+        let Some(hold) = self.semaphore.adopt(token)? else {
+            return Ok(false);
+        };
+        let mut slots = self.slots.get();
+        let in_block = slots.get(token).is_some_and(|held| held.in_block);
+        slots.insert(token.to_owned(), Held { hold, in_block });
+        Ok(true)
     }
 
     /// Ends a block that took the slot of `token` (a [`Slot`]'s drop, a
@@ -169,7 +247,7 @@ impl WaitGroup {
     /// block).
     pub fn leave(&self, token: &str) -> Result<bool> {
         match self.slots.leave(token) {
-            Leaving::Held(hold) => self.semaphore.release(hold),
+            Leaving::Held(held) => self.semaphore.release(held.hold),
             Leaving::Inherited => Ok(true),
             Leaving::NotHeld => Ok(false),
         }
@@ -200,7 +278,7 @@ impl WaitGroup {
 
     /// The fencing token of a slot this process holds.
     pub fn fencing_token(&self, token: &str) -> Option<u64> {
-        self.slots.get().get(token).map(|hold| hold.fence)
+        self.slots.get().get(token).map(|held| held.hold.fence)
     }
 
     /// Whether a slot this process holds is surely still live (reads a flag).
@@ -208,7 +286,7 @@ impl WaitGroup {
         self.slots
             .get()
             .get(token)
-            .is_some_and(|hold| hold.health.is_healthy())
+            .is_some_and(|held| held.hold.health.is_healthy())
     }
 
     /// Ok if this process holds the slot and it is healthy.
@@ -220,16 +298,22 @@ impl WaitGroup {
         let what = format!("slot {token} of {}", self.semaphore.what());
         match self.slots.get().get(token) {
             None => Err(Error::NotLocked(what)),
-            Some(hold) => hold.check_health(&what),
+            Some(held) => held.hold.check_health(&what),
         }
     }
 }
 
 impl Drop for WaitGroup {
-    /// A dropped group frees the slots this process still holds.
+    /// A dropped group frees the slots of blocks it is still inside of. It
+    /// stops refreshing the others without freeing them: a token handed to
+    /// a worker keeps its slot until the worker's `done`, or until `ttl`
+    /// after the last refresh (this one's, or the adopter's).
     fn drop(&mut self) {
-        for hold in self.slots.drain() {
-            if let Err(e) = self.semaphore.release(hold) {
+        for held in self.slots.drain() {
+            if !held.in_block {
+                continue;
+            }
+            if let Err(e) = self.semaphore.release(held.hold) {
                 log::warn!(
                     "freeing a slot of {} on drop failed: {e}",
                     self.semaphore.what()

@@ -15,7 +15,12 @@ module Lockyard
     #   end
     #
     # Slots belong to the process, not the thread: a token can be given to
-    # {#done} from any thread, or any other process. A forked child neither
+    # {#done} from any thread, or any other process, and the process that
+    # works on a token it was handed calls {#adopt} so that the slot lives as
+    # long as it does. A group that is garbage-collected, or whose process
+    # exits, frees the slots of {#synchronize} blocks still open, never those
+    # taken by {#add}: nobody refreshes them any more, and they run out after
+    # +ttl+ unless another process adopted them. A forked child neither
     # holds nor frees its parent's slots by dropping its copy of the group
     # or by leaving a {#synchronize} block it inherited.
     #
@@ -85,6 +90,13 @@ module Lockyard
       #   @param token [String]
       #   @return [Boolean] false if that slot had already expired or been freed,
       #     or the token is not one of this group's
+      # @!method adopt(token)
+      #   Takes over keeping the slot of +token+ alive, in the process that works
+      #   on it: from now on this process refreshes it and the adder's stops, so
+      #   the slot is freed by {#done} or +ttl+ after this process dies.
+      #     wg.done(token) if wg.adopt(token) && work
+      #   @param token [String] a token another process got from {#add}
+      #   @return [Boolean] false if the slot is gone (done, or run out)
       # @!method count
       #   @return [Integer] live slots across every process, asked of the server
       # @!method healthy?(token)

@@ -10,6 +10,6 @@ redis.call('DEL', wake_prefix .. token)
 local returned = redis.call('ZREM', holders, token)
 if returned == 1 then end_grant(token, nil) end
 redis.call('HDEL', bound, token)
-redis.call('HDEL', grants, token)
+forget_grants({token})
 promote(nil)
 return returned

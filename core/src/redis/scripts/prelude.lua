@@ -13,12 +13,15 @@
 -- KEYS[10] terms:  stream of election terms: fence + value at a grant, fence + '' at its end
 -- KEYS[11] shape: string "<kind> <limit>" (kind 1 lock, 2 WaitGroup) while
 --                  anyone holds or waits: clients must agree on what the name is
+-- KEYS[12] owners: hash token -> id of the refresher that adopted the slot in
+--                  another process; absent while the process that took it keeps it
 -- ARGV[1] wake-key prefix (wake key of a waiter = prefix .. token; same hash tag)
 -- ARGV[2] limit (slots)
 -- All deadlines come from this server's clock, never from a client's.
 redis.replicate_commands()
 local holders, grants, queue, leases, fence_key, watchers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local bound, delay_key, value_key, terms, shape_key = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local owners = KEYS[12]
 local wake_prefix, limit = ARGV[1], tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -63,6 +66,7 @@ local function take_up(token, ttl_ms)
   redis.call('ZADD', holders, 'XX', int(deadline), token)
   expire_with_last(holders, holders)
   expire_with_last(grants, holders)
+  expire_with_last(owners, holders)
   expire_no_earlier(shape_key, ttl_ms)
   local b = binding(token)
   if b then
@@ -106,6 +110,12 @@ local function end_grant(token, expired_at)
   end
 end
 
+-- The grant records of `tokens`, whose slots are no longer held.
+local function forget_grants(tokens)
+  redis.call('HDEL', grants, unpack(tokens))
+  redis.call('HDEL', owners, unpack(tokens))
+end
+
 -- Holders whose lease ran out (crashed, paused, partitioned) lose their slot.
 local function purge_expired()
   local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now_ms, 'WITHSCORES')
@@ -117,7 +127,7 @@ local function purge_expired()
       tokens[#tokens + 1] = expired[i]
       if under_session then end_grant(expired[i], tonumber(expired[i + 1])) end
     end
-    redis.call('HDEL', grants, unpack(tokens))
+    forget_grants(tokens)
   end
 end
 

@@ -5,6 +5,6 @@ local token = ARGV[3]
 purge_expired()
 local released = redis.call('ZREM', holders, token)
 if released == 1 then end_grant(token, nil) end
-redis.call('HDEL', grants, token)
+forget_grants({token})
 promote(nil)
 return released
