@@ -293,17 +293,14 @@ fn a_held_lock_survives_its_master_failing_over() {
     let key = holders_key(&name);
     let doomed = cluster.node_of(&key);
     let url = cluster.url_of(seed);
-    let lock = Lock::builder(&url, &name)
-        .ttl(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let lock = failover_tolerant_lock(&url, &name);
     let guard = lock.acquire(Some(Duration::from_secs(2))).unwrap();
     // Made before the failover, and routed to the doomed master by then.
     let late = Lock::builder(&url, &name).build().unwrap();
     assert!(late.try_acquire().unwrap().is_none());
 
     cluster.kill_master(doomed, &key);
-    // A refresh is due every 1.1 s: several must reach the new master.
+    // A refresh is due every second: several must reach the new master.
     std::thread::sleep(Duration::from_millis(2500));
     guard.check_health().unwrap();
     assert!(lock.owned().unwrap());
@@ -327,12 +324,21 @@ fn a_held_lock_survives_the_seed_master_failing_over() {
     let name = name_served(&cluster, "seedfail", seed, true);
     let key = holders_key(&name);
     let url = cluster.url_of(seed);
-    let lock = Lock::builder(&url, &name)
-        .ttl(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let lock = failover_tolerant_lock(&url, &name);
     let guard = lock.acquire(Some(Duration::from_secs(2))).unwrap();
     cluster.kill_master(seed, &key);
     std::thread::sleep(Duration::from_millis(2500));
     guard.check_health().unwrap();
+}
+
+/// A lock whose refreshes may fail for about 8 s (one a second) before it
+/// turns unhealthy: longer than a replica takes to be promoted on a busy
+/// machine, shorter than its lease.
+fn failover_tolerant_lock(url: &str, name: &str) -> Lock {
+    Lock::builder(url, name)
+        .ttl(Duration::from_secs(30))
+        .refresh_interval(Duration::from_secs(1))
+        .max_refresh_fails(8)
+        .build()
+        .unwrap()
 }
