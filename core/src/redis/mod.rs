@@ -1,5 +1,6 @@
 //! Primitives on a Redis server or Redis Cluster.
 
+mod admin;
 mod election;
 mod exclusive;
 mod keys;
@@ -11,6 +12,7 @@ mod session;
 pub(crate) mod settings;
 mod wait_group;
 
+pub use admin::{force_release, inspect, HolderState, LockState};
 pub use election::{Election, Observer, Term};
 pub use exclusive::{exclusive, Claim, Exclusive};
 #[cfg(feature = "quorum")]
