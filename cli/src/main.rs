@@ -158,6 +158,11 @@ struct ElectArgs {
     /// Seconds leadership outlives this process if it dies
     #[arg(long, value_name = "S", default_value = "15", value_parser = positive_seconds)]
     ttl: Duration,
+    /// Seconds the name stays barred after a leader was lost without
+    /// resigning (its process died or was cut off), so that a paused
+    /// leader's command is surely stopped before the next one starts
+    #[arg(long, value_name = "S", default_value = "0", value_parser = seconds)]
+    lock_delay: Duration,
     /// Who campaigns: shown as the leader's value
     #[arg(long, value_name = "ID")]
     value: String,
@@ -292,6 +297,7 @@ fn elect(args: ElectArgs) -> Result<i32, Failure> {
     let signals = Signals::install()?;
     let session = redis::Session::builder(url.as_str())
         .ttl(args.ttl)
+        .lock_delay(args.lock_delay)
         .build()?;
     let mut leadership = holds::Leadership {
         election: redis::Election::new(&url, &args.name, &session)?,
