@@ -268,7 +268,9 @@ fn lock(args: LockArgs) -> Result<i32, Failure> {
         Backend::Gcs { bucket, prefix } => Box::new(
             gcs::Lock::builder(bucket, Backend::object(&prefix, &name))
                 .ttl(args.ttl)
-                .instance_identity_prefix(hostname())
+                // A given prefix is the whole identity (the gem's meaning):
+                // without the pid, two commands on one host would be one holder.
+                .instance_identity_prefix(format!("{}-{}", hostname(), std::process::id()))
                 .build()?,
         ),
     };

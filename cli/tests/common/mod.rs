@@ -11,6 +11,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod gcs;
+
 pub use support::{eventually, free_port, RedisServer};
 
 pub fn lockyard(server: &RedisServer) -> Command {

@@ -1,0 +1,96 @@
+//! `lockyard lock` on a quorum of Redis servers and on Google Cloud Storage.
+
+mod common;
+
+use std::fs;
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+
+fn lockyard_at(urls: &[String]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lockyard"));
+    command.env_remove("LOCKYARD_URL").arg("lock");
+    for url in urls {
+        command.args(["--url", url]);
+    }
+    command
+}
+
+/// Three `lockyard lock` appending start/end markers never overlap.
+fn assert_exclusive(urls: &[String], extra_env: &[(&str, &str)]) {
+    let log = scratch("log");
+    let script = format!(
+        "for i in 1 2; do echo start >> {0}; sleep 0.05; echo end >> {0}; done",
+        log.display()
+    );
+    let workers: Vec<Child> = (0..3)
+        .map(|_| {
+            lockyard_at(urls)
+                .envs(extra_env.iter().copied())
+                .args(["--quiet", "shared", "--", "sh", "-c", &script])
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut worker in workers {
+        assert_eq!(worker.wait().unwrap().code(), Some(0));
+    }
+    let lines: Vec<String> = fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 12);
+    for pair in lines.chunks(2) {
+        assert_eq!(pair, ["start", "end"], "overlap in {lines:?}");
+    }
+}
+
+#[test]
+fn on_a_quorum_writers_exclude_each_other_and_readers_share() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    assert_exclusive(&urls, &[]);
+
+    let reader = lockyard_at(&urls)
+        .args(["--read", "--quiet", "shared", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    let second_reader = run(lockyard_at(&urls)
+        .args(["--read", "--quiet", "--timeout", "5"])
+        .args([
+            "shared",
+            "--",
+            "sh",
+            "-c",
+            "test -z \"$LOCKYARD_FENCING_TOKEN\"",
+        ]));
+    assert_eq!(status(&second_reader), 0, "readers share, without a token");
+    let writer = run(lockyard_at(&urls).args(["--timeout", "0", "shared", "--", "true"]));
+    assert_eq!(status(&writer), 75, "a writer waits for the reader");
+    stop(reader);
+
+    let read_on_one = run(lockyard_at(&urls[..1]).args(["--read", "shared", "--", "true"]));
+    assert_eq!(status(&read_on_one), 64, "--read needs a quorum");
+}
+
+#[test]
+fn on_gcs_commands_exclude_each_other() {
+    let Some(gcs) = common::gcs::start() else {
+        return;
+    };
+    let urls = ["gs://locks/ci".to_owned()];
+    assert_exclusive(&urls, &[("STORAGE_EMULATOR_HOST", &gcs.host)]);
+
+    let missing = run(lockyard_at(&["gs://no-such-bucket/ci".to_owned()])
+        .env("STORAGE_EMULATOR_HOST", &gcs.host)
+        .args(["--timeout", "0", "job", "--", "true"]));
+    assert!([64, 69].contains(&status(&missing)), "{missing:?}");
+    let limit = run(lockyard_at(&urls).args(["--limit", "2", "job", "--", "true"]));
+    assert_eq!(status(&limit), 64);
+}
