@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use lockyard::quorum::{self, NodeState};
 use lockyard::redis::{self, LockState};
 use serde_json::json;
 
@@ -10,8 +11,11 @@ use crate::exit::Failure;
 
 /// Prints the state of `name`; exit status 0 if held, 1 if free.
 pub fn status(backend: &Backend, name: &str, as_json: bool) -> Result<i32, Failure> {
+    if let Backend::Quorum(urls) = backend {
+        return quorum_status(urls, name, as_json);
+    }
     let Backend::Redis(url) = backend else {
-        return Err(not_yet("status", backend));
+        return Err(not_yet("status"));
     };
     let state = redis::inspect(url, name)?;
     if as_json {
@@ -30,21 +34,22 @@ pub fn release(backend: &Backend, name: &str, force: bool) -> Result<i32, Failur
              it needs --force (a `lockyard lock` releases its own lock when its command exits)"
         )));
     }
-    let Backend::Redis(url) = backend else {
-        return Err(not_yet("release", backend));
-    };
-    let removed = redis::force_release(url, name)?;
-    eprintln!("lockyard: removed {removed} holder(s) of {name:?}");
+    match backend {
+        Backend::Redis(url) => {
+            let removed = redis::force_release(url, name)?;
+            eprintln!("lockyard: removed {removed} holder(s) of {name:?}");
+        }
+        Backend::Quorum(urls) => {
+            let cleared = quorum::force_release(urls, name)?;
+            eprintln!("lockyard: removed the grants of {name:?} on {cleared} node(s)");
+        }
+        Backend::Gcs { .. } => return Err(not_yet("release")),
+    }
     Ok(0)
 }
 
-fn not_yet(what: &str, backend: &Backend) -> Failure {
-    let kind = match backend {
-        Backend::Quorum(_) => "a quorum of Redis servers",
-        Backend::Gcs { .. } => "GCS",
-        Backend::Redis(_) => "Redis",
-    };
-    Failure::usage(format!("`lockyard {what}` does not support {kind} yet"))
+fn not_yet(what: &str) -> Failure {
+    Failure::usage(format!("`lockyard {what}` does not support GCS yet"))
 }
 
 fn millis(d: Duration) -> u64 {
@@ -99,4 +104,98 @@ fn to_text(name: &str, state: &LockState) -> String {
         text += &format!("  lock_delay: {:.1}s left\n", delay.as_secs_f64());
     }
     text
+}
+
+/// Each node's view; held when any node has a live grant.
+fn quorum_status(urls: &[String], name: &str, as_json: bool) -> Result<i32, Failure> {
+    let nodes = quorum::inspect(urls, name)?;
+    if nodes.iter().all(|node| node.error.is_some()) {
+        return Err(Failure {
+            status: crate::exit::UNAVAILABLE,
+            message: format!(
+                "no node answered: {}",
+                nodes[0].error.as_deref().unwrap_or("")
+            ),
+        });
+    }
+    let held = nodes.iter().any(NodeState::held);
+    if as_json {
+        println!("{}", quorum_json(name, &nodes));
+    } else {
+        println!("{name}: {}", if held { "held" } else { "free" });
+        for node in &nodes {
+            let view = match &node.error {
+                Some(error) => format!("unreachable ({error})"),
+                None => {
+                    let mut grants: Vec<String> = node
+                        .writer
+                        .iter()
+                        .map(|w| {
+                            format!(
+                                "writer {} ({:.1}s left)",
+                                w.holder,
+                                w.expires_in.as_secs_f64()
+                            )
+                        })
+                        .collect();
+                    grants.extend(node.readers.iter().map(|r| {
+                        format!(
+                            "reader {} ({:.1}s left)",
+                            r.holder,
+                            r.expires_in.as_secs_f64()
+                        )
+                    }));
+                    if node.writer_waiting {
+                        grants.push("a writer waiting".to_owned());
+                    }
+                    match grants.is_empty() {
+                        true => "free".to_owned(),
+                        false => grants.join(", "),
+                    }
+                }
+            };
+            println!("  {}: {view}", node.node);
+        }
+    }
+    Ok(if held { 0 } else { 1 })
+}
+
+/// Holders are the grants seen on any node (the shortest lease left
+/// among the nodes that have it); a quorum grant carries no per-holder
+/// fencing token on the nodes, so `fencing_token` is null.
+fn quorum_json(name: &str, nodes: &[NodeState]) -> serde_json::Value {
+    let mut holders: Vec<(String, &str, Duration)> = Vec::new();
+    let grants = nodes.iter().flat_map(|node| {
+        let writer = node.writer.iter().map(|g| (g, "write"));
+        writer.chain(node.readers.iter().map(|g| (g, "read")))
+    });
+    for (grant, mode) in grants {
+        match holders
+            .iter_mut()
+            .find(|(holder, _, _)| *holder == grant.holder)
+        {
+            Some(seen) => seen.2 = seen.2.min(grant.expires_in),
+            None => holders.push((grant.holder.clone(), mode, grant.expires_in)),
+        }
+    }
+    json!({
+        "name": name,
+        "held": !holders.is_empty(),
+        "holders": holders.iter().map(|(holder, mode, left)| json!({
+            "holder": holder,
+            "mode": mode,
+            "fencing_token": null,
+            "expires_in_ms": millis(*left),
+        })).collect::<Vec<_>>(),
+        // Quorum waiters poll rather than queue; a writer's waiting mark is
+        // all the nodes know of them.
+        "waiters": usize::from(nodes.iter().any(|node| node.writer_waiting)),
+        "nodes": nodes.iter().map(|node| json!({
+            "node": node.node,
+            "error": node.error,
+            "writer": node.writer.as_ref().map(|w| json!({"holder": w.holder, "expires_in_ms": millis(w.expires_in)})),
+            "readers": node.readers.iter().map(|r| json!({"holder": r.holder, "expires_in_ms": millis(r.expires_in)})).collect::<Vec<_>>(),
+            "writer_waiting": node.writer_waiting,
+        })).collect::<Vec<_>>(),
+    })
 }

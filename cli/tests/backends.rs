@@ -94,3 +94,50 @@ fn on_gcs_commands_exclude_each_other() {
     let limit = run(lockyard_at(&urls).args(["--limit", "2", "job", "--", "true"]));
     assert_eq!(status(&limit), 64);
 }
+
+#[test]
+fn on_a_quorum_status_shows_each_node_and_release_force_stops_the_holder() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let with_urls = |subcommand: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lockyard"));
+        command.arg(subcommand);
+        for url in &urls {
+            command.args(["--url", url]);
+        }
+        command
+    };
+    let free = run(with_urls("status").args(["--json", "deploy"]));
+    assert_eq!(status(&free), 1);
+
+    let mut holder = lockyard_at(&urls)
+        .args([
+            "--ttl", "1", "--grace", "0", "--quiet", "deploy", "--", "sleep", "30",
+        ])
+        .spawn()
+        .unwrap();
+    eventually(
+        std::time::Duration::from_secs(5),
+        "the lock is taken",
+        || status(&run(with_urls("status").arg("deploy"))) == 0,
+    );
+    let held = run(with_urls("status").args(["--json", "deploy"]));
+    let state: serde_json::Value = serde_json::from_slice(&held.stdout).unwrap();
+    assert_eq!(state["holders"].as_array().unwrap().len(), 1, "{state}");
+    assert_eq!(state["nodes"].as_array().unwrap().len(), 3);
+    assert!(state["holders"][0]["expires_in_ms"].as_u64().unwrap() <= 1000);
+
+    assert_eq!(
+        status(&run(with_urls("release").args(["--force", "deploy"]))),
+        0
+    );
+    assert_eq!(
+        wait_with_deadline(&mut holder, std::time::Duration::from_secs(3)),
+        76
+    );
+    assert_eq!(status(&run(with_urls("status").arg("deploy"))), 1);
+}

@@ -19,7 +19,7 @@ pub use exclusive::{exclusive, Claim, Exclusive};
 pub(crate) use keys::check_name;
 pub use lock::{holder, Lock, LockBuilder, LockGuard};
 #[cfg(feature = "quorum")]
-pub(crate) use server::{server, Server};
+pub(crate) use server::{server, Route, Server, COMMAND_TIMEOUT};
 pub use session::{Behavior, Session, SessionBuilder};
 pub use settings::{seconds, LeaseBuilder};
 pub use wait_group::{Slot, WaitGroup, WaitGroupBuilder};
