@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use lockyard::gcs;
 use lockyard::quorum::{self, NodeState};
 use lockyard::redis::{self, LockState};
 use serde_json::json;
@@ -11,11 +12,12 @@ use crate::exit::Failure;
 
 /// Prints the state of `name`; exit status 0 if held, 1 if free.
 pub fn status(backend: &Backend, name: &str, as_json: bool) -> Result<i32, Failure> {
-    if let Backend::Quorum(urls) = backend {
-        return quorum_status(urls, name, as_json);
-    }
-    let Backend::Redis(url) = backend else {
-        return Err(not_yet("status"));
+    let url = match backend {
+        Backend::Redis(url) => url,
+        Backend::Quorum(urls) => return quorum_status(urls, name, as_json),
+        Backend::Gcs { bucket, prefix } => {
+            return gcs_status(&gcs_lock(bucket, prefix, name)?, name, as_json)
+        }
     };
     let state = redis::inspect(url, name)?;
     if as_json {
@@ -43,13 +45,17 @@ pub fn release(backend: &Backend, name: &str, force: bool) -> Result<i32, Failur
             let cleared = quorum::force_release(urls, name)?;
             eprintln!("lockyard: removed the grants of {name:?} on {cleared} node(s)");
         }
-        Backend::Gcs { .. } => return Err(not_yet("release")),
+        Backend::Gcs { bucket, prefix } => {
+            let removed = gcs_lock(bucket, prefix, name)?.force_release()?;
+            let what = if removed { "deleted" } else { "found no" };
+            eprintln!("lockyard: {what} lock object for {name:?}");
+        }
     }
     Ok(0)
 }
 
-fn not_yet(what: &str) -> Failure {
-    Failure::usage(format!("`lockyard {what}` does not support GCS yet"))
+fn gcs_lock(bucket: &str, prefix: &str, name: &str) -> Result<gcs::Lock, Failure> {
+    Ok(gcs::Lock::builder(bucket, Backend::object(prefix, name)).build()?)
 }
 
 fn millis(d: Duration) -> u64 {
@@ -198,4 +204,45 @@ fn quorum_json(name: &str, nodes: &[NodeState]) -> serde_json::Value {
             "writer_waiting": node.writer_waiting,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The lock object's identity, generation (the fencing token) and expiry.
+/// GCS keeps no queue: waiters are not known.
+fn gcs_status(lock: &gcs::Lock, name: &str, as_json: bool) -> Result<i32, Failure> {
+    let object = lock.object_state()?;
+    if as_json {
+        let holders: Vec<_> = object
+            .iter()
+            .map(|o| {
+                json!({
+                    "holder": o.identity,
+                    "fencing_token": o.generation,
+                    "expires_in_ms": o.expires_in.map(millis),
+                    "generation": o.generation,
+                    "metageneration": o.metageneration,
+                    "expires_at": o.expires_at,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"name": name, "held": object.is_some(), "holders": holders, "waiters": null})
+        );
+    } else {
+        match &object {
+            None => println!("{name}: free"),
+            Some(o) => println!(
+                "{name}: held\n  holder {}  generation (fencing token) {}  metageneration {}  {}",
+                o.identity.as_deref().unwrap_or("(no identity)"),
+                o.generation,
+                o.metageneration,
+                match o.expires_in {
+                    Some(left) if left.is_zero() => "stale".to_owned(),
+                    Some(left) => format!("lease {:.1}s left", left.as_secs_f64()),
+                    None => "no expiry written".to_owned(),
+                }
+            ),
+        }
+    }
+    Ok(if object.is_some() { 0 } else { 1 })
 }

@@ -80,8 +80,9 @@ pub fn run(
         }
         if kill_at.is_none() && !(watch.healthy)() {
             eprintln!(
-                "lockyard: {} was lost; stopping the command (SIGTERM, SIGKILL after {:?})",
-                watch.what, watch.grace
+                "lockyard: {} was lost; stopping the command (SIGTERM, SIGKILL after {}s)",
+                watch.what,
+                watch.grace.as_secs_f64()
             );
             signal_group(group, libc::SIGTERM);
             kill_at = Some(Instant::now() + watch.grace);

@@ -141,3 +141,62 @@ fn on_a_quorum_status_shows_each_node_and_release_force_stops_the_holder() {
     );
     assert_eq!(status(&run(with_urls("status").arg("deploy"))), 1);
 }
+
+#[test]
+fn on_gcs_status_shows_the_object_and_release_force_stops_the_holder() {
+    let Some(gcs) = common::gcs::start() else {
+        return;
+    };
+    let url = "gs://locks/ci";
+    let with_url = |subcommand: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lockyard"));
+        command
+            .env("STORAGE_EMULATOR_HOST", &gcs.host)
+            .args([subcommand, "--url", url]);
+        command
+    };
+    assert_eq!(status(&run(with_url("status").arg("deploy"))), 1);
+    let mut holder = with_url("lock")
+        .args([
+            "--ttl", "2", "--grace", "0", "--quiet", "deploy", "--", "sleep", "30",
+        ])
+        .spawn()
+        .unwrap();
+    eventually(
+        std::time::Duration::from_secs(5),
+        "the lock is taken",
+        || status(&run(with_url("status").arg("deploy"))) == 0,
+    );
+    let held = run(with_url("status").args(["--json", "deploy"]));
+    let state: serde_json::Value = serde_json::from_slice(&held.stdout).unwrap();
+    let token = state["holders"][0]["fencing_token"].as_u64().unwrap();
+    // The holder writes its expiry with room for clock differences, and
+    // `Date` has whole seconds: up to a few seconds past the TTL.
+    let left = state["holders"][0]["expires_in_ms"].as_u64().unwrap();
+    assert!((1..=5000).contains(&left), "{state}");
+
+    assert_eq!(
+        status(&run(with_url("release").args(["--force", "deploy"]))),
+        0
+    );
+    assert_eq!(
+        wait_with_deadline(&mut holder, std::time::Duration::from_secs(4)),
+        76
+    );
+    let next = run(with_url("lock").args([
+        "--timeout",
+        "0",
+        "deploy",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKYARD_FENCING_TOKEN",
+    ]));
+    assert_eq!(status(&next), 0);
+    let next_token: u64 = String::from_utf8(next.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(next_token > token);
+}
