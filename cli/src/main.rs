@@ -296,6 +296,9 @@ fn elect(args: ElectArgs) -> Result<i32, Failure> {
     if args.value.is_empty() {
         return Err(Failure::usage("--value must not be empty"));
     }
+    // Creating the session writes to Redis: check the name (the lock's
+    // rules, which the election shares) before anything is written.
+    redis::Lock::builder(url.as_str(), &args.name).build()?;
     let signals = Signals::install()?;
     let session = redis::Session::builder(url.as_str())
         .ttl(args.ttl)

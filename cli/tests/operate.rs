@@ -131,3 +131,30 @@ fn a_second_elector_takes_over_when_the_leader_is_killed() {
     unsafe { libc::kill(-orphan, libc::SIGTERM) };
     stop(second);
 }
+
+#[test]
+fn elect_with_bad_input_exits_64_and_writes_nothing() {
+    let server = RedisServer::start();
+    for args in [
+        &["elect", "--value", "me", "bad{name}", "--", "true"][..],
+        &["elect", "--value", "", "scheduler", "--", "true"],
+        &[
+            "elect",
+            "--ttl",
+            "0",
+            "--value",
+            "me",
+            "scheduler",
+            "--",
+            "true",
+        ],
+        &["elect", "scheduler", "--", "true"],
+    ] {
+        assert_eq!(status(&run(lockyard(&server).args(args))), 64, "{args:?}");
+    }
+    assert!(
+        server.keys().is_empty(),
+        "bad input wrote {:?}",
+        server.keys()
+    );
+}
