@@ -34,7 +34,7 @@ use crate::identity::{forked_since_start, holder_number, note_process_start, ran
 /// # Ok::<(), lockyard::Error>(())
 /// ```
 pub struct Lock {
-    holder: Arc<Holder>,
+    pub(super) holder: Arc<Holder>,
     /// `None`: random per lock object, with the pid appended at use.
     identity_prefix: Option<String>,
     random_prefix: String,

@@ -10,6 +10,7 @@
 //!
 //! See `README.md` in this directory for the choice of crates.
 
+mod admin;
 mod auth;
 mod backoff;
 mod client;
@@ -21,6 +22,7 @@ mod refresh;
 mod retry;
 mod store;
 
+pub use admin::ObjectState;
 pub use holder::LogSink;
 pub use lock::{Lock, LockGuard};
 pub use options::LockBuilder;

@@ -2,6 +2,7 @@
 //! while fewer than half of them are down: minio's dsync, with leases that
 //! expire on each server, background refresh, health and fencing.
 
+mod admin;
 mod fanout;
 mod lock;
 #[cfg(test)]
@@ -11,6 +12,7 @@ mod rw_lock;
 #[cfg(test)]
 mod tests;
 
+pub use admin::{force_release, inspect, Grant, NodeState};
 pub use lock::{ReadGuard, RwLock, RwLockBuilder, WriteGuard};
 
 /// Live tasks on lockyard's internal runtime (requests in flight,

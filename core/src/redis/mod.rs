@@ -1,5 +1,6 @@
 //! Primitives on a Redis server or Redis Cluster.
 
+mod admin;
 mod election;
 mod exclusive;
 mod keys;
@@ -11,13 +12,14 @@ mod session;
 pub(crate) mod settings;
 mod wait_group;
 
+pub use admin::{force_release, inspect, HolderState, LockState};
 pub use election::{Election, Observer, Term};
 pub use exclusive::{exclusive, Claim, Exclusive};
 #[cfg(feature = "quorum")]
 pub(crate) use keys::check_name;
 pub use lock::{holder, Lock, LockBuilder, LockGuard};
 #[cfg(feature = "quorum")]
-pub(crate) use server::{server, Server};
+pub(crate) use server::{server, Route, Server, COMMAND_TIMEOUT};
 pub use session::{Behavior, Session, SessionBuilder};
 pub use settings::{seconds, LeaseBuilder};
 pub use wait_group::{Slot, WaitGroup, WaitGroupBuilder};

@@ -1,0 +1,162 @@
+//! [`Hold`] for each primitive the command can run under.
+
+use std::time::Duration;
+
+use lockyard::redis::{Election, Session};
+use lockyard::{gcs, quorum, redis, Error, Result};
+
+use crate::hold::Hold;
+
+impl Hold for redis::Lock {
+    fn acquire(
+        &mut self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        self.acquire_interruptibly(timeout, interrupted)
+    }
+    fn healthy(&self) -> bool {
+        redis::Lock::healthy(self)
+    }
+    fn fencing_token(&self) -> Option<u64> {
+        redis::Lock::fencing_token(self)
+    }
+    fn release(&mut self) -> Result<bool> {
+        redis::Lock::release(self)
+    }
+}
+
+impl Hold for gcs::Lock {
+    fn acquire(
+        &mut self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        self.acquire_interruptibly(timeout, interrupted)
+    }
+    fn healthy(&self) -> bool {
+        gcs::Lock::healthy(self)
+    }
+    fn fencing_token(&self) -> Option<u64> {
+        gcs::Lock::fencing_token(self)
+    }
+    fn release(&mut self) -> Result<bool> {
+        gcs::Lock::release(self)
+    }
+}
+
+/// A slot of a WaitGroup (`lockyard lock --limit N`).
+pub struct Slot {
+    pub group: redis::WaitGroup,
+    pub token: Option<String>,
+}
+
+impl Hold for Slot {
+    fn acquire(
+        &mut self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        match self.group.add(timeout, interrupted) {
+            Ok(token) => {
+                self.token = Some(token);
+                Ok(true)
+            }
+            Err(Error::Timeout { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+    fn healthy(&self) -> bool {
+        self.token.as_deref().is_some_and(|t| self.group.healthy(t))
+    }
+    fn fencing_token(&self) -> Option<u64> {
+        self.group.fencing_token(self.token.as_deref()?)
+    }
+    fn release(&mut self) -> Result<bool> {
+        match self.token.take() {
+            Some(token) => self.group.done(&token),
+            None => Ok(false),
+        }
+    }
+}
+
+/// The quorum RwLock, for writing or (`--read`) for reading.
+pub struct QuorumLock {
+    pub lock: quorum::RwLock,
+    pub read: bool,
+}
+
+impl Hold for QuorumLock {
+    fn acquire(
+        &mut self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        match self.read {
+            true => self.lock.acquire_read_interruptibly(timeout, interrupted),
+            false => self.lock.acquire_write_interruptibly(timeout, interrupted),
+        }
+    }
+    fn healthy(&self) -> bool {
+        self.lock.healthy()
+    }
+    /// Readers have none. A write lock's token is recorded on a quorum on
+    /// first use; if that fails the lock may be lost, which the health
+    /// check then reports.
+    fn fencing_token(&self) -> Option<u64> {
+        self.lock.fencing_token().ok().flatten()
+    }
+    fn release(&mut self) -> Result<bool> {
+        self.lock.release()
+    }
+}
+
+/// Leadership of an election, under its own session (`lockyard elect`).
+pub struct Leadership {
+    pub election: Election,
+    pub session: Session,
+    pub value: String,
+}
+
+impl Hold for Leadership {
+    fn acquire(
+        &mut self,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        self.election
+            .campaign_interruptibly(&self.value, timeout, interrupted)
+    }
+    fn healthy(&self) -> bool {
+        self.election.is_leader()
+    }
+    fn fencing_token(&self) -> Option<u64> {
+        self.election.fencing_token()
+    }
+    /// Resigns, so the next campaigner takes over at once, and ends the
+    /// session, which nothing else uses.
+    fn release(&mut self) -> Result<bool> {
+        let resigned = self.election.resign();
+        self.session.destroy()?;
+        resigned
+    }
+}
+
+/// Who holds a Redis name, for the line shown while waiting.
+pub fn describe_redis(url: &str, name: &str) -> Option<String> {
+    let state = redis::inspect(url, name).ok()?;
+    let Some(first) = state.holders.first() else {
+        return Some("being handed over".to_owned());
+    };
+    let others = match state.holders.len() {
+        1 => String::new(),
+        n => format!(" and {} others", n - 1),
+    };
+    Some(format!(
+        "held by {}{others} (fencing token {}, lease {:.1}s left), {} waiting",
+        first.value.as_deref().unwrap_or(&first.holder),
+        first.fencing_token,
+        first.expires_in.as_secs_f64(),
+        state.waiters,
+    ))
+}

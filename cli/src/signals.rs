@@ -1,0 +1,51 @@
+//! SIGINT, SIGTERM and SIGHUP sent to `lockyard`: noted here, then
+//! either end a wait for the lock or are passed on to COMMAND, whose
+//! lock is released only once it exits.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::exit::Failure;
+
+pub const FORWARDED: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// The last signal received and not yet handled (0: none).
+#[derive(Clone)]
+pub struct Signals(Arc<AtomicUsize>);
+
+impl Signals {
+    /// Replaces the default action (die at once, leaving the lock to run
+    /// out and COMMAND orphaned) by noting the signal.
+    pub fn install() -> Result<Signals, Failure> {
+        let pending = Arc::new(AtomicUsize::new(0));
+        for signal in FORWARDED {
+            signal_hook::flag::register_usize(signal, pending.clone(), signal as usize).map_err(
+                |e| Failure {
+                    status: crate::exit::UNAVAILABLE,
+                    message: format!("cannot install a signal handler: {e}"),
+                },
+            )?;
+        }
+        Ok(Signals(pending))
+    }
+
+    /// The pending signal, if any, left pending.
+    pub fn peek(&self) -> Option<i32> {
+        Some(self.0.load(Ordering::SeqCst) as i32).filter(|&s| s != 0)
+    }
+
+    /// The pending signal, if any, now handled.
+    pub fn take(&self) -> Option<i32> {
+        Some(self.0.swap(0, Ordering::SeqCst) as i32).filter(|&s| s != 0)
+    }
+
+    /// How a wait cut short by a signal ends: as a shell reports a
+    /// command killed by it.
+    pub fn ended_wait(&self, name: &str) -> Failure {
+        let signal = self.take().unwrap_or(libc::SIGINT);
+        Failure {
+            status: 128 + signal,
+            message: format!("interrupted by signal {signal} while waiting for {name:?}"),
+        }
+    }
+}

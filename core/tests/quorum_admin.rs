@@ -1,0 +1,60 @@
+//! The quorum lock's operator tools against real redis-servers.
+
+mod support;
+
+use std::time::Duration;
+
+use lockyard::quorum::{force_release, inspect, RwLock};
+use support::{eventually, free_port, RedisServer};
+
+#[test]
+fn inspect_shows_each_nodes_grants_and_a_node_that_is_down() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let mut urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let lock = RwLock::builder(urls.clone(), "deploy").build().unwrap();
+    let guard = lock.read(None).unwrap();
+    urls.push(format!("redis://127.0.0.1:{}/0", free_port()));
+    let nodes = inspect(&urls, "deploy").unwrap();
+    for node in &nodes[..3] {
+        assert!(node.writer.is_none() && node.readers.len() == 1, "{node:?}");
+        assert!(node.readers[0].expires_in > Duration::from_secs(25));
+    }
+    assert!(nodes[3].error.is_some() && !nodes[3].held());
+    drop(guard);
+    // A release returns once a quorum answered; the last node may follow.
+    eventually(Duration::from_secs(2), "every node is free", || {
+        inspect(&urls[..3], "deploy")
+            .unwrap()
+            .iter()
+            .all(|n| !n.held())
+    });
+}
+
+#[test]
+fn force_release_clears_every_node_and_fences_keep_increasing() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let lock = RwLock::builder(urls.clone(), "deploy")
+        .ttl(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let guard = lock.write(None).unwrap();
+    let old_token = guard.fencing_token().unwrap();
+
+    assert_eq!(force_release(&urls, "deploy").unwrap(), 3);
+    eventually(Duration::from_secs(1), "the holder loses quorum", || {
+        !guard.healthy()
+    });
+
+    let next = RwLock::builder(urls.clone(), "deploy").build().unwrap();
+    let next_guard = next.write(Some(Duration::ZERO)).unwrap();
+    assert!(next_guard.fencing_token().unwrap() > old_token);
+}
