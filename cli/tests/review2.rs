@@ -88,3 +88,54 @@ fn a_command_reading_the_terminal_is_not_stopped_by_sigttin() {
         "COMMAND never read the terminal (stopped by SIGTTIN?): finished={finished}, output={printed:?}"
     );
 }
+
+/// On GCS the holder identity is `<hostname>-<pid>` (plus a thread number),
+/// and a holder whose identity the object already names takes it over at
+/// once (the gem's instant recovery). Two `lockyard lock` in containers
+/// that share the hostname (host network / UTS) and each run lockyard with
+/// the same pid (own pid namespace: here both are pid 1) are one holder:
+/// both run COMMAND. Needs `unshare` (root) and a fake-gcs-server
+/// (LOCKYARD_FAKE_GCS_SERVER).
+#[test]
+fn on_gcs_lockyards_with_the_same_hostname_and_pid_are_not_one_holder() {
+    let Some(gcs) = common::gcs::start() else {
+        return;
+    };
+    let in_own_pid_namespace = |args: &[&str]| {
+        let mut command = Command::new("unshare");
+        command
+            .args(["--pid", "--fork", "--kill-child"])
+            .arg(env!("CARGO_BIN_EXE_lockyard"))
+            .args(["lock", "--url", "gs://locks/ci", "--quiet"])
+            .args(args)
+            .env_remove("LOCKYARD_URL")
+            .env("STORAGE_EMULATOR_HOST", &gcs.host)
+            .stdin(Stdio::null());
+        command
+    };
+    let marker = scratch("first-runs");
+    let script = format!("echo $PPID > {}; sleep 30", marker.display());
+    let mut first = in_own_pid_namespace(&["deploy", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(10), "the first holds", || marker.exists());
+    let lockyard_pid = fs::read_to_string(&marker).unwrap();
+    let second = run(&mut in_own_pid_namespace(&[
+        "--timeout",
+        "0",
+        "deploy",
+        "--",
+        "sh",
+        "-c",
+        "echo $PPID; exit 0",
+    ]));
+    first.kill().unwrap(); // --kill-child: its namespace goes with it
+    first.wait().unwrap();
+    assert_eq!(
+        status(&second),
+        75,
+        "the second lockyard (pid {:?}) ran COMMAND while the first (pid {:?}) held the lock",
+        String::from_utf8_lossy(&second.stdout).trim(),
+        lockyard_pid.trim()
+    );
+}
