@@ -86,3 +86,26 @@ fn force_release_of_an_adopted_slot_leaves_no_owners_entry() {
     assert_eq!(server.keys(), ["lockyard:{handed}:fence"]);
     drop((adder, worker));
 }
+
+/// adopt.lua overwrites `owners` unconditionally: a second adopter takes
+/// the slot from the first, which stays healthy (and keeps working) until
+/// its next refresh finds code 2. A slot already adopted by a live
+/// refresher elsewhere should not be adoptable again (or the first must
+/// not count as healthy): two workers run on one slot of a limit-1 group.
+#[test]
+fn a_slot_adopted_by_one_worker_is_not_also_healthy_in_a_second() {
+    let server = RedisServer::start();
+    let adder = group(&server, "twice", 1);
+    let first = WaitGroup::builder(server.url(), "twice", 1)
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let second = group(&server, "twice", 1);
+    let token = adder.add(None, &|| false).unwrap();
+    assert!(first.adopt(&token).unwrap());
+    let adopted_twice = second.adopt(&token).unwrap();
+    assert!(
+        !(adopted_twice && first.healthy(&token) && second.healthy(&token)),
+        "two processes hold the one slot of a limit-1 group, both healthy"
+    );
+}
