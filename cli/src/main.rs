@@ -269,8 +269,17 @@ fn lock(args: LockArgs) -> Result<i32, Failure> {
             gcs::Lock::builder(bucket, Backend::object(&prefix, &name))
                 .ttl(args.ttl)
                 // A given prefix is the whole identity (the gem's meaning):
-                // without the pid, two commands on one host would be one holder.
-                .instance_identity_prefix(format!("{}-{}", hostname(), std::process::id()))
+                // two commands must never be one holder, not even two with
+                // one hostname and pid (pid 1 in two containers).
+                .instance_identity_prefix(format!(
+                    "{}-{}-{:016x}",
+                    hostname(),
+                    std::process::id(),
+                    std::hash::BuildHasher::hash_one(
+                        &std::collections::hash_map::RandomState::new(),
+                        std::time::SystemTime::now()
+                    )
+                ))
                 .build()?,
         ),
     };

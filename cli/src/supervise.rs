@@ -45,14 +45,30 @@ pub fn run(
     let (program, args) = command.split_first().expect("clap requires COMMAND");
     let mut cmd = Command::new(program);
     cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
-    // SAFETY: setpgid is async-signal-safe, as pre_exec requires.
+    let parent = std::process::id() as libc::pid_t;
+    let interactive = in_terminal_foreground();
+    // SAFETY: setpgid, prctl, getppid, kill, signal and tcsetpgrp are
+    // async-signal-safe, as pre_exec requires.
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::setpgid(0, 0) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
+        cmd.pre_exec(move || {
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
             }
+            // COMMAND must not outlive a lockyard that is killed (OOM,
+            // `kill -9`): nobody would stop it once the lease runs out. The
+            // signal follows the spawning thread's exit: this is the main one.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            if interactive {
+                // Its own group must own the terminal, or reading it stops
+                // COMMAND (SIGTTIN) while lockyard waits holding the lock.
+                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
+                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            }
+            Ok(())
         });
     }
     let mut child = cmd.spawn().map_err(|e| Failure {
@@ -95,12 +111,37 @@ pub fn run(
         status: exit::UNAVAILABLE,
         message: format!("waiting for {program:?} failed: {e}"),
     })?;
+    if interactive {
+        take_back_terminal();
+    }
     match kill_at {
         None => Ok(Outcome::Exited(exit_status(status))),
         Some(at) => {
             stop_group(group, at);
             Ok(Outcome::Lost)
         }
+    }
+}
+
+/// Whether lockyard runs in the foreground of its terminal: then COMMAND's
+/// group gets the terminal while it runs (a background lockyard must not
+/// take it from the shell's foreground job).
+fn in_terminal_foreground() -> bool {
+    // SAFETY: plain queries on our own standard input.
+    unsafe {
+        libc::isatty(libc::STDIN_FILENO) == 1
+            && libc::tcgetpgrp(libc::STDIN_FILENO) == libc::getpgrp()
+    }
+}
+
+/// Makes lockyard's group the terminal's foreground again after COMMAND.
+fn take_back_terminal() {
+    // SAFETY: SIGTTOU ignored only around the call, which would otherwise
+    // stop us: we are a background group until it returns.
+    unsafe {
+        let previous = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
+        libc::signal(libc::SIGTTOU, previous);
     }
 }
 

@@ -21,10 +21,16 @@ fn a_sigkilled_lockyard_does_not_leave_its_command_running_unlocked() {
     eventually(Duration::from_secs(5), "COMMAND runs", || {
         fs::read_to_string(&pid_file).is_ok_and(|p| p.trim().parse::<i32>().is_ok())
     });
-    let command: i32 = fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let command: i32 = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     holder.kill().unwrap(); // SIGKILL
     holder.wait().unwrap();
-    eventually(Duration::from_secs(3), "the lease runs out", || !held(&server, "job"));
+    eventually(Duration::from_secs(3), "the lease runs out", || {
+        !held(&server, "job")
+    });
     let still = alive(command);
     // SAFETY: cleanup of the process this test started.
     unsafe { libc::kill(command, libc::SIGKILL) };
@@ -118,7 +124,9 @@ fn on_gcs_lockyards_with_the_same_hostname_and_pid_are_not_one_holder() {
     let mut first = in_own_pid_namespace(&["deploy", "--", "sh", "-c", &script])
         .spawn()
         .unwrap();
-    eventually(Duration::from_secs(10), "the first holds", || marker.exists());
+    eventually(Duration::from_secs(10), "the first holds", || {
+        marker.exists()
+    });
     let lockyard_pid = fs::read_to_string(&marker).unwrap();
     let second = run(&mut in_own_pid_namespace(&[
         "--timeout",

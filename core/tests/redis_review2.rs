@@ -47,9 +47,10 @@ fn holders_after(name: &str, poke: impl FnOnce(&WaitGroup)) -> usize {
 #[test]
 fn adopt_from_a_group_with_a_larger_limit_never_overfills_the_name() {
     let holders = holders_after("quota", |bigger| {
-        // Not (or no longer) a slot: Ok(false), but waiters are admitted
-        // with limit 3 on the way.
-        assert!(!bigger.adopt("no-such-token").unwrap());
+        // A group of another limit may not adopt at all; before the fix it
+        // answered Ok(false), admitting waiters with limit 3 on the way.
+        let refused = bigger.adopt("no-such-token").unwrap_err();
+        assert!(matches!(refused, lockyard::Error::Config(_)), "{refused}");
     });
     assert!(holders <= 1, "{holders} holders of a WaitGroup of limit 1");
 }
@@ -60,7 +61,10 @@ fn done_from_a_group_with_a_larger_limit_never_overfills_the_name() {
     let holders = holders_after("quota-done", |bigger| {
         assert!(!bigger.done("no-such-token").unwrap());
     });
-    assert!(holders <= 1, "done: {holders} holders of a WaitGroup of limit 1");
+    assert!(
+        holders <= 1,
+        "done: {holders} holders of a WaitGroup of limit 1"
+    );
 }
 
 /// The same through count() (inspect.lua), which reads as harmless.
@@ -69,7 +73,10 @@ fn count_from_a_group_with_a_larger_limit_never_overfills_the_name() {
     let holders = holders_after("quota-count", |bigger| {
         bigger.count().unwrap();
     });
-    assert!(holders <= 1, "count: {holders} holders of a WaitGroup of limit 1");
+    assert!(
+        holders <= 1,
+        "count: {holders} holders of a WaitGroup of limit 1"
+    );
 }
 
 /// force_release.lua drops holders and grants but not the `owners` entry

@@ -307,12 +307,7 @@ impl Semaphore {
             return Err(self.protocol_error("acquire"));
         };
         if granted == -1 {
-            return Err(Error::config(format!(
-                "{} is used as {} by other clients; this one asks for {}",
-                s.what,
-                Shape::recorded(fence, deadline_ms),
-                s.shape
-            )));
+            return Err(self.shape_mismatch(fence, deadline_ms));
         }
         let clock = ClockPair {
             sent,
@@ -420,6 +415,9 @@ impl Semaphore {
         let [adopted, fence, deadline_ms, now_ms] = reply[..] else {
             return Err(self.protocol_error("adopt"));
         };
+        if adopted == -1 {
+            return Err(self.shape_mismatch(fence, deadline_ms));
+        }
         if adopted != 1 {
             return Ok(None);
         }
@@ -625,6 +623,17 @@ impl Semaphore {
                 _membership: binding.join(member)?,
             },
         })
+    }
+
+    /// The name is recorded as `kind` with `limit`, not what this client is.
+    fn shape_mismatch(&self, kind: i64, limit: i64) -> Error {
+        let s = &self.shared;
+        Error::config(format!(
+            "{} is used as {} by other clients; this one asks for {}",
+            s.what,
+            Shape::recorded(kind, limit),
+            s.shape
+        ))
     }
 
     fn protocol_error(&self, operation: &str) -> Error {

@@ -212,7 +212,8 @@ impl WaitGroup {
     /// process refreshes it (and the adder's process stops), so the slot
     /// lives as long as this process and this group do, until
     /// [`WaitGroup::done`] frees it. Ok(false) when the slot is gone (done,
-    /// or its lease ran out). Afterwards [`WaitGroup::healthy`] and
+    /// or its lease ran out) or another process adopted it already (a slot
+    /// has one adopter). Afterwards [`WaitGroup::healthy`] and
     /// [`WaitGroup::fencing_token`] answer for it here.
     ///
     /// ```no_run
@@ -228,7 +229,8 @@ impl WaitGroup {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Backend`] if Redis cannot be reached.
+    /// [`Error::Config`] when the name is used as a Lock or as a WaitGroup
+    /// of another limit; [`Error::Backend`] if Redis cannot be reached.
     pub fn adopt(&self, token: &str) -> Result<bool> {
         let Some(hold) = self.semaphore.adopt(token)? else {
             return Ok(false);

@@ -31,6 +31,8 @@ if recorded and recorded ~= shape then
   return {-1, tonumber(kind), tonumber(limit), int(now_ms)}
 end
 redis.call('SET', shape_key, shape, 'KEEPTTL')
+-- The name may have been idle with an older record: from now on it is ours.
+limit = tonumber(ARGV[2])
 expire_no_earlier(shape_key, math.max(ttl_ms, lease_ms, 1))
 if binding_meta ~= '' then
   redis.call('HSET', bound, token, binding_meta)

@@ -5,19 +5,17 @@
 -- and turns unhealthy. A running lock_delay is lifted too: the operator
 -- asked for the name to be free now. Waiters are then admitted in order,
 -- as after a release.
--- ARGV[2] (limit) is ignored: the limit is the one the name was taken
--- with (its recorded shape), which the operator need not know.
+-- ARGV[2] (limit) is ignored: the prelude takes the limit the name was
+-- taken with (its recorded shape), which the operator need not know.
 -- Returns the number of holders removed.
 purge_expired()
-local recorded = redis.call('GET', shape_key)
-if recorded then limit = tonumber(string.match(recorded, ' (%d+)$')) end
 local removed = redis.call('ZRANGE', holders, 0, -1)
 for _, token in ipairs(removed) do
   redis.call('ZREM', holders, token)
   -- Before the grant's fence goes: an election records the term's end with it.
   end_grant(token, nil)
-  redis.call('HDEL', grants, token)
 end
+if #removed > 0 then forget_grants(removed) end
 redis.call('DEL', delay_key)
 promote(nil)
 return #removed

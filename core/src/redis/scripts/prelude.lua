@@ -23,6 +23,14 @@ local holders, grants, queue, leases, fence_key, watchers = KEYS[1], KEYS[2], KE
 local bound, delay_key, value_key, terms, shape_key = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local owners = KEYS[12]
 local wake_prefix, limit = ARGV[1], tonumber(ARGV[2])
+-- While anyone holds or waits, the name's limit is the one it was taken
+-- with, whatever this client was built with: only acquire may compare the
+-- two (and refuses a mismatch); every other script follows the record, so
+-- that no call from a client with a larger limit admits a waiter too many.
+local recorded_shape = redis.call('GET', shape_key)
+if recorded_shape then
+  limit = tonumber(string.match(recorded_shape, ' (%d+)$')) or limit
+end
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
