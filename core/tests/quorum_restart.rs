@@ -22,10 +22,25 @@ fn urls(servers: &[RedisServer]) -> Vec<String> {
 }
 
 fn lock(urls: &[String], name: &str, ttl: Duration) -> Arc<RwLock> {
+    lock_connecting_within(urls, name, ttl, Duration::from_secs(1))
+}
+
+/// A lock of another client: a different connect timeout is another
+/// connection pool, so it meets the nodes on connections of its own.
+fn other_client(urls: &[String], name: &str, ttl: Duration) -> Arc<RwLock> {
+    lock_connecting_within(urls, name, ttl, Duration::from_secs(2))
+}
+
+fn lock_connecting_within(
+    urls: &[String],
+    name: &str,
+    ttl: Duration,
+    connect_timeout: Duration,
+) -> Arc<RwLock> {
     Arc::new(
         RwLock::builder(urls.to_vec(), name)
             .ttl(ttl)
-            .connect_timeout(Duration::from_secs(1))
+            .connect_timeout(connect_timeout)
             .build()
             .unwrap(),
     )
@@ -62,7 +77,7 @@ fn a_restarted_majority_grants_nothing_while_the_holders_lease_may_live(holder_w
     let killed_at = Instant::now();
     servers[0].restart();
     servers[1].restart();
-    let contender = lock(&urls, "restart", TTL);
+    let contender = other_client(&urls, "restart", TTL);
     let (writer, reader) = (contend(&contender, true), contend(&contender, false));
     eventually(Duration::from_secs(2), "the holder sees it lost", || {
         !holder.healthy()
@@ -102,7 +117,7 @@ fn clients_with_different_node_lists_are_refused() {
     let _held = abc.write(None).unwrap();
     for got in [
         abd.write(Some(Duration::from_secs(1))).map(drop),
-        abd.read(None).map(drop),
+        abd.read(Some(Duration::from_secs(1))).map(drop),
     ] {
         match got {
             Err(Error::Config(message)) => assert!(
@@ -142,7 +157,7 @@ fn an_unlock_a_node_missed_is_retried_in_the_background() {
     // The next writer needs the third node's grant gone.
     drop(servers[0].take());
     let released_at = Instant::now();
-    let writer = lock(&urls, "unlock-retry", ttl);
+    let writer = other_client(&urls, "unlock-retry", ttl);
     let got = writer.write(Some(Duration::from_secs(6))).map(drop);
     assert!(got.is_ok(), "{got:?}");
     assert!(
@@ -176,4 +191,10 @@ fn a_wait_rides_out_nodes_restarting() {
     servers[1].start_again();
     let got = waiter.join().unwrap();
     assert!(got.is_ok(), "{got:?}");
+    // Every pooled connection now leads to a server that is gone.
+    for server in &mut servers {
+        server.restart();
+    }
+    let got = lock.write(Some(Duration::from_secs(18))).map(drop);
+    assert!(got.is_ok(), "reconnects: {got:?}");
 }
