@@ -198,3 +198,12 @@ fn a_wait_rides_out_nodes_restarting() {
     let got = lock.write(Some(Duration::from_secs(18))).map(drop);
     assert!(got.is_ok(), "reconnects: {got:?}");
 }
+
+#[test]
+fn a_try_once_on_new_nodes_is_granted() {
+    let servers = servers(3);
+    let lock = lock(&urls(&servers), "first-contact", TTL);
+    assert!(lock
+        .acquire_write_interruptibly(Some(Duration::ZERO), &|| false)
+        .unwrap());
+}

@@ -84,6 +84,9 @@ enum Attempt {
     Held(Hold),
     /// Denied by a quorum of answers, or cut by the caller's deadline.
     Busy,
+    /// Every node was new: their guard ended, so ask again at once (a
+    /// try-once on new nodes must not fail for that).
+    Adopted,
     /// Fewer nodes than a quorum answered: worth retrying, they may be
     /// restarting.
     Unreachable(Error),
@@ -153,13 +156,17 @@ impl Quorum {
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Hold>> {
         let give_up_at = timeout.map(|t| Instant::now() + t);
-        let mut attempt = 0u32;
+        let (mut attempt, mut adopted) = (0u32, false);
         loop {
             let mut pause = backoff(attempt, BACKOFF_MAX);
             let mut unreachable = None;
             match self.attempt(mode, identity, give_up_at, interrupted)? {
                 Attempt::Held(hold) => return Ok(Some(hold)),
-                Attempt::Busy => {}
+                Attempt::Adopted if !adopted => {
+                    adopted = true;
+                    continue;
+                }
+                Attempt::Busy | Attempt::Adopted => {}
                 Attempt::Unreachable(e) if timeout.is_some_and(|t| t.is_zero()) => return Err(e),
                 Attempt::Unreachable(e) => {
                     pause = backoff(attempt, UNREACHABLE_BACKOFF_MAX);
@@ -241,6 +248,7 @@ impl Quorum {
         }
         if tally.recovering == n {
             self.adopt_new_nodes();
+            return Ok(Attempt::Adopted);
         }
         // Nodes that said no are up: a quorum of answers without a quorum
         // of grants is a busy lock, to wait for; fewer answers than a
@@ -427,34 +435,13 @@ impl Quorum {
     /// TTL. Retried until each node answered or the lease ran out (the
     /// grant has expired by then); the caller does not wait.
     fn retry_release(&self, hold: &Hold, round: Arc<Round>) {
-        let lease_end = hold.health.valid_until();
-        let (nodes, request) = (self.nodes.clone(), hold.request.clone());
-        let request_timeout = self.request_timeout;
-        runtime::spawn(async move {
-            // Retry only once every first request answered or timed out
-            // (and a connection that went silent under it was dropped);
-            // usually that is at once, and the task ends.
-            let settle_by = Instant::now() + request_timeout;
-            let mut look = Duration::from_millis(5);
-            while round.pending() > 0 && Instant::now() < settle_by {
-                tokio::time::sleep(look).await;
-                look = (look * 2).min(POLL);
-            }
-            let mut left = round.unanswered();
-            let mut attempt = 0;
-            while !left.is_empty() && !lease_end.has_passed() {
-                let outcomes = ask_all(&nodes, &left, request_timeout, |node| {
-                    release(node, request.clone())
-                })
-                .await;
-                left = outcomes
-                    .into_iter()
-                    .filter_map(|(i, outcome)| outcome.is_err().then_some(i))
-                    .collect();
-                tokio::time::sleep(backoff(attempt, UNREACHABLE_BACKOFF_MAX)).await;
-                attempt += 1;
-            }
-        });
+        runtime::spawn(release_missed(
+            self.nodes.clone(),
+            hold.request.clone(),
+            round,
+            self.request_timeout,
+            hold.health.valid_until(),
+        ));
     }
 
     /// The write hold's fencing token, sealed on a write quorum first (see
@@ -507,6 +494,41 @@ fn as_answer(reply: Reply<bool>) -> Reply<Grant> {
             false => Grant::No,
         })
     })
+}
+
+/// The background part of [`Quorum::retry_release`].
+async fn release_missed(
+    nodes: Vec<Arc<dyn NetLocker>>,
+    request: Arc<Request>,
+    round: Arc<Round>,
+    request_timeout: Duration,
+    lease_end: Stamp,
+) {
+    // Retry only once every first request answered or timed out (and a
+    // connection that went silent under it was dropped); usually that is
+    // at once, and the task ends.
+    let settle_by = Instant::now() + request_timeout;
+    let mut look = Duration::from_millis(5);
+    while round.pending() > 0 && Instant::now() < settle_by {
+        tokio::time::sleep(look).await;
+        look = (look * 2).min(POLL);
+    }
+    let mut left = round.unanswered();
+    let mut attempt = 0;
+    while !left.is_empty() && !lease_end.has_passed() {
+        if attempt > 0 {
+            tokio::time::sleep(backoff(attempt, UNREACHABLE_BACKOFF_MAX)).await;
+        }
+        let outcomes = ask_all(&nodes, &left, request_timeout, |node| {
+            release(node, request.clone())
+        })
+        .await;
+        left = outcomes
+            .into_iter()
+            .filter_map(|(i, outcome)| outcome.is_err().then_some(i))
+            .collect();
+        attempt += 1;
+    }
 }
 
 /// Keeps a hold's grants alive until aborted. A refresh that leaves fewer
