@@ -51,7 +51,7 @@ impl Stamp {
         self.0.as_nanos() as u64
     }
 
-    #[cfg(feature = "gcs")]
+    #[cfg(any(feature = "gcs", feature = "quorum"))]
     pub(crate) fn from_nanos(nanos: u64) -> Stamp {
         Stamp(Duration::from_nanos(nanos))
     }

@@ -60,7 +60,7 @@ impl Health {
     }
 
     /// When the lease surely lasts until, as last extended.
-    #[cfg(feature = "gcs")]
+    #[cfg(any(feature = "gcs", feature = "quorum"))]
     pub(crate) fn valid_until(&self) -> Stamp {
         Stamp::from_nanos(self.valid_until.load(Ordering::Acquire))
     }

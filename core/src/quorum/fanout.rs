@@ -13,7 +13,7 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::node::{release, NetLocker, Reply, Request};
+use super::node::{release, Grant, NetLocker, Reply, Request};
 use crate::error::{Error, Result};
 use crate::runtime;
 
@@ -30,6 +30,10 @@ pub(crate) enum Answer {
     Yes(u64),
     /// Denied (or already gone).
     No,
+    /// Denied by a node guarding against a restart (counts as a "no").
+    Recovering,
+    /// Denied: the name's holders listed other nodes (their fingerprint).
+    OtherNodes(String),
     /// Could not ask: connection, timeout, protocol.
     Failed(Error),
 }
@@ -41,6 +45,8 @@ pub(crate) struct Tally {
     pub(crate) no: usize,
     pub(crate) failed: usize,
     pub(crate) pending: usize,
+    /// Of the `no` answers, those from nodes guarding against a restart.
+    pub(crate) recovering: usize,
 }
 
 impl Tally {
@@ -87,7 +93,7 @@ impl Round {
         targets: impl IntoIterator<Item = usize>,
         request_timeout: Duration,
         undo: Option<Arc<Request>>,
-        call: impl Fn(Arc<dyn NetLocker>) -> Reply<Option<u64>>,
+        call: impl Fn(Arc<dyn NetLocker>) -> Reply<Grant>,
     ) -> Arc<Round> {
         let mut answers: Vec<Answer> = nodes.iter().map(|_| Answer::NotAsked).collect();
         let targets: Vec<usize> = targets.into_iter().collect();
@@ -121,12 +127,14 @@ impl Round {
         self: Arc<Self>,
         index: usize,
         node: Arc<dyn NetLocker>,
-        reply: Reply<Option<u64>>,
+        reply: Reply<Grant>,
         request_timeout: Duration,
     ) {
         let answer = match tokio::time::timeout(request_timeout, reply).await {
-            Ok(Ok(Some(value))) => Answer::Yes(value),
-            Ok(Ok(None)) => Answer::No,
+            Ok(Ok(Grant::Yes(value))) => Answer::Yes(value),
+            Ok(Ok(Grant::No)) => Answer::No,
+            Ok(Ok(Grant::Recovering)) => Answer::Recovering,
+            Ok(Ok(Grant::OtherNodes(theirs))) => Answer::OtherNodes(theirs),
             Ok(Err(e)) => Answer::Failed(e),
             Err(_) => Answer::Failed(Error::backend(
                 node.name(),
@@ -219,6 +227,35 @@ impl Round {
         self.lock().answers[index] = Answer::No;
     }
 
+    /// A node whose holders of the name listed other nodes: its name and
+    /// their fingerprint.
+    pub(crate) fn other_nodes(&self, nodes: &[Arc<dyn NetLocker>]) -> Option<(String, String)> {
+        let state = self.lock();
+        state.answers.iter().enumerate().find_map(|(i, a)| match a {
+            Answer::OtherNodes(theirs) => Some((nodes[i].name().to_owned(), theirs.clone())),
+            _ => None,
+        })
+    }
+
+    /// How many requests are still on their way.
+    pub(crate) fn pending(&self) -> usize {
+        tally(&self.lock().answers).pending
+    }
+
+    /// The nodes that have not answered yes or no (failed, or still pending).
+    pub(crate) fn unanswered(&self) -> Vec<usize> {
+        let state = self.lock();
+        state
+            .answers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| match a {
+                Answer::Pending | Answer::Failed(_) => Some(i),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The first failure, for the error message when too few answered.
     pub(crate) fn first_failure(&self) -> Option<String> {
         self.lock().answers.iter().find_map(|a| match a {
@@ -239,7 +276,11 @@ fn tally(answers: &[Answer]) -> Tally {
             Answer::NotAsked => {}
             Answer::Pending => tally.pending += 1,
             Answer::Yes(_) => tally.yes += 1,
-            Answer::No => tally.no += 1,
+            Answer::No | Answer::OtherNodes(_) => tally.no += 1,
+            Answer::Recovering => {
+                tally.no += 1;
+                tally.recovering += 1;
+            }
             Answer::Failed(_) => tally.failed += 1,
         }
     }

@@ -98,9 +98,11 @@ impl RwLockBuilder {
     pub fn build(self) -> Result<RwLock> {
         limits::positive_period("connect_timeout", self.connect_timeout)?;
         limits::wait(self.timeout)?;
+        let request_timeout = self.timing()?.request_timeout;
         let mut nodes: Vec<Arc<dyn NetLocker>> = Vec::with_capacity(self.urls.len());
         for url in &self.urls {
-            let node = Arc::new(RedisNode::new(server(url, self.connect_timeout)?));
+            let server = server(url, self.connect_timeout)?;
+            let node = Arc::new(RedisNode::new(server, request_timeout));
             if nodes.iter().any(|seen| seen.name() == node.name()) {
                 return Err(Error::config(format!(
                     "the server {} is listed twice: each node must be a separate server",
@@ -120,16 +122,18 @@ impl RwLockBuilder {
             )));
         }
         check_name(&self.name)?;
-        let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
-        // A node slower than this is "not answering" for one attempt; its
-        // grant, if it comes, is adopted or released when it does.
-        let attempt_timeout = Duration::from_millis(500).min(lease.ttl / 2);
+        let Timing {
+            lease,
+            attempt_timeout,
+            request_timeout,
+        } = self.timing()?;
         let quorum = Quorum {
+            fingerprint: fingerprint(&nodes).into(),
             nodes,
             resource: self.name.clone(),
             waiting_mark: (attempt_timeout * 2).max(Duration::from_millis(200)),
             attempt_timeout,
-            request_timeout: (attempt_timeout * 4).max(self.connect_timeout.min(lease.ttl)),
+            request_timeout,
             lease,
             what: format!("rw lock {:?}", self.name),
         };
@@ -141,6 +145,43 @@ impl RwLockBuilder {
             holds: Holds::new(),
         })
     }
+
+    fn timing(&self) -> Result<Timing> {
+        let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
+        // A node slower than this is "not answering" for one attempt; its
+        // grant, if it comes, is adopted or released when it does.
+        let attempt_timeout = Duration::from_millis(500).min(lease.ttl / 2);
+        Ok(Timing {
+            request_timeout: (attempt_timeout * 4).max(self.connect_timeout.min(lease.ttl)),
+            attempt_timeout,
+            lease,
+        })
+    }
+}
+
+struct Timing {
+    lease: Lease,
+    attempt_timeout: Duration,
+    request_timeout: Duration,
+}
+
+/// A short name for the set of nodes, recorded with every grant: clients
+/// that list different servers for one name do not exclude each other (a
+/// quorum of one list need not meet a quorum of the other), so a node
+/// refuses a client whose fingerprint differs from its holders'. Made of
+/// the sorted `host:port/db` of each node: the order of the list does not
+/// matter, the spelling of a host does (write the same URLs everywhere).
+/// The count leads, so a message can say how many servers the other
+/// client listed. FNV-1a: stable across builds and platforms, unlike
+/// `DefaultHasher`; it detects mistakes, it resists no adversary.
+fn fingerprint(nodes: &[Arc<dyn NetLocker>]) -> String {
+    let mut addresses: Vec<String> = nodes.iter().map(|node| node.address()).collect();
+    addresses.sort();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in addresses.join(",").bytes() {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{}-{hash:016x}", nodes.len())
 }
 
 impl RwLock {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::node::{NetLocker, Reply, Request};
+use super::node::{Grant, NetLocker, Reply, Request};
 use crate::error::Error;
 
 #[derive(Default)]
@@ -115,26 +115,26 @@ impl NetLocker for MemoryNode {
         &self.name
     }
 
-    fn lock(self: Arc<Self>, request: Arc<Request>) -> Reply<Option<u64>> {
+    fn lock(self: Arc<Self>, request: Arc<Request>) -> Reply<Grant> {
         self.serve(request, |entry, fence, r, now| {
             if entry.writer.is_some() || !entry.readers.is_empty() {
                 entry.waiting = Some((r.waiter.clone(), now + ms(r.waiting_ms)));
-                return None;
+                return Grant::No;
             }
             entry.writer = Some((r.uid.clone(), now + ms(r.ttl_ms)));
             entry.withdraw(&r.waiter);
             *fence += 1;
-            Some(*fence)
+            Grant::Yes(*fence)
         })
     }
 
-    fn rlock(self: Arc<Self>, request: Arc<Request>) -> Reply<bool> {
+    fn rlock(self: Arc<Self>, request: Arc<Request>) -> Reply<Grant> {
         self.serve(request, |entry, _, r, now| {
             if entry.writer.is_some() || entry.waiting.is_some() {
-                return false;
+                return Grant::No;
             }
             entry.readers.insert(r.uid.clone(), now + ms(r.ttl_ms));
-            true
+            Grant::Yes(0)
         })
     }
 
@@ -182,5 +182,10 @@ impl NetLocker for MemoryNode {
             }
             mine
         })
+    }
+
+    /// The restart guard lives in the Lua scripts; memory nodes never restart.
+    fn adopt(self: Arc<Self>) -> Reply<bool> {
+        Box::pin(async { Ok(true) })
     }
 }

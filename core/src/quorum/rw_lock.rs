@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use super::fanout::{ask_all, Round, Tally};
-use super::node::{acquire, release, Mode, NetLocker, Reply, Request};
+use super::fanout::{ask_all, Interrupted, Round, Tally};
+use super::node::{acquire, release, Grant, Mode, NetLocker, Reply, Request};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -46,6 +46,10 @@ use crate::runtime;
 
 /// Longest wait between retries of a denied attempt.
 const BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// Longest wait between retries while too few nodes are reachable, and
+/// between retries of an unlock a node did not answer: long enough not to
+/// hammer a node that is coming back, short enough to notice it soon.
+const UNREACHABLE_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Shortest attempt a tight user timeout still allows.
 const MIN_ATTEMPT: Duration = Duration::from_millis(100);
 
@@ -72,6 +76,21 @@ pub(crate) struct Quorum {
     pub(crate) waiting_mark: Duration,
     /// "rw lock \"index\"", for messages.
     pub(crate) what: String,
+    /// The node list, as every grant records it (see `lock.rs`).
+    pub(crate) fingerprint: Arc<str>,
+}
+
+/// How one attempt ended.
+enum Attempt {
+    Held(Hold),
+    /// Denied by a quorum of answers, or cut by the caller's deadline.
+    Busy,
+    /// Every node was new: their guard ended, so ask again at once (a
+    /// try-once on new nodes must not fail for that).
+    Adopted,
+    /// Fewer nodes than a quorum answered: worth retrying, they may be
+    /// restarting.
+    Unreachable(Error),
 }
 
 /// One held read or write lock.
@@ -125,6 +144,11 @@ impl Quorum {
         waited
     }
 
+    /// Repeats attempts until one gets a quorum. A round that missed it
+    /// because too few nodes answered is repeated too (as dsync does):
+    /// nodes restart, and a wait with a timeout (or none) should ride that
+    /// out; a try-once (zero timeout) reports it at once, and a wait whose
+    /// last attempt found too few nodes ends with that error, not a timeout.
     fn wait_for_grant(
         self: &Arc<Self>,
         mode: Mode,
@@ -133,16 +157,28 @@ impl Quorum {
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Hold>> {
         let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
-        let mut attempt = 0u32;
+        let (mut attempt, mut adopted) = (0u32, false);
         loop {
-            if let Some(hold) = self.attempt(mode, identity, give_up_at, interrupted)? {
-                return Ok(Some(hold));
+            let mut pause = backoff(attempt, BACKOFF_MAX);
+            let mut unreachable = None;
+            match self.attempt(mode, identity, give_up_at, interrupted)? {
+                Attempt::Held(hold) => return Ok(Some(hold)),
+                Attempt::Adopted if !adopted => {
+                    adopted = true;
+                    continue;
+                }
+                Attempt::Busy | Attempt::Adopted => {}
+                Attempt::Unreachable(e) if timeout.is_some_and(|t| t.is_zero()) => return Err(e),
+                Attempt::Unreachable(e) => {
+                    pause = backoff(attempt, UNREACHABLE_BACKOFF_MAX);
+                    unreachable = Some(e);
+                }
             }
             let now = Instant::now();
-            let mut wake_at = now + backoff(attempt);
+            let mut wake_at = now + pause;
             if let Some(at) = give_up_at {
                 if now >= at {
-                    return Ok(None);
+                    return unreachable.map_or(Ok(None), Err);
                 }
                 wake_at = wake_at.min(at);
             }
@@ -162,7 +198,7 @@ impl Quorum {
         identity: &str,
         give_up_at: Option<Instant>,
         interrupted: &dyn Fn() -> bool,
-    ) -> Result<Option<Hold>> {
+    ) -> Result<Attempt> {
         let n = self.nodes.len();
         let quorum = self.quorum(mode);
         let request = self.request(mode, identity);
@@ -180,29 +216,41 @@ impl Quorum {
             Some(request.clone()),
             |node| acquire(node, request.clone()),
         );
-        let mut outcome = round.wait(Some(deadline), interrupted, quorum);
-        if let Ok(tally) = outcome {
-            // Cut with too few answers in to tell a busy lock from nodes
-            // that are down: answers on their way are from nodes not yet
-            // known to be down (a slow link, a first connection), so wait
-            // on for them. Each request fails by its own timeout at the
-            // latest; the caller's deadline, if it comes first, makes the
-            // attempt a timeout, never "too few reachable".
-            if tally.yes < quorum && tally.pending > 0 && tally.answered() < quorum {
-                let until = give_up_at.map(|at| at.max(deadline));
-                outcome = round.wait(until, interrupted, quorum);
-            }
-        }
+        let outcome = round
+            .wait(Some(deadline), interrupted, quorum)
+            .and_then(|tally| {
+                self.wait_on(
+                    &round,
+                    tally,
+                    sent,
+                    deadline,
+                    give_up_at,
+                    interrupted,
+                    quorum,
+                )
+            });
         let Ok(tally) = outcome else {
             self.release_granted(&request, &round.close());
             return Err(Error::Interrupted(self.describe(mode)));
         };
         if tally.yes >= quorum {
             let candidate = round.granted().iter().map(|&(_, v)| v).max().unwrap_or(0);
-            return Ok(Some(self.hold(request, round, candidate, lease_start)));
+            return Ok(Attempt::Held(self.hold(
+                request,
+                round,
+                candidate,
+                lease_start,
+            )));
         }
         // Grants recorded from here on are released by their own tasks.
         self.release_granted(&request, &round.close());
+        if let Some((node, theirs)) = round.other_nodes(&self.nodes) {
+            return Err(self.other_node_list(&node, &theirs));
+        }
+        if tally.recovering == n {
+            self.adopt_new_nodes();
+            return Ok(Attempt::Adopted);
+        }
         // Nodes that said no are up: a quorum of answers without a quorum
         // of grants is a busy lock, to wait for; fewer answers than a
         // quorum once every node answered or failed (refused, or silent
@@ -210,9 +258,69 @@ impl Quorum {
         // ever grant it. Answers still pending here mean the caller's
         // deadline passed first: a timeout, like a denied attempt.
         if tally.pending == 0 && tally.answered() < quorum {
-            return Err(self.too_few_answered(mode, tally, &round));
+            return Ok(Attempt::Unreachable(
+                self.too_few_answered(mode, tally, &round),
+            ));
         }
-        Ok(None)
+        Ok(Attempt::Busy)
+    }
+
+    /// Every node is inside its restart guard: none remembers a grant, so
+    /// they are new (or all lost their data together, when no lease is
+    /// left to protect either): they may grant at once (`adopt.lua`).
+    fn adopt_new_nodes(&self) {
+        let n = self.nodes.len();
+        self.confirm(0..n, write_quorum(n), |node| node.adopt());
+    }
+
+    fn other_node_list(&self, node: &str, theirs: &str) -> Error {
+        Error::config(format!(
+            "{}: this client lists {} servers (fingerprint {}), but a holder of \
+             this name on {node} listed {} (fingerprint {theirs}); every client \
+             of a quorum lock must use the same list of servers, or they do \
+             not exclude each other",
+            self.what,
+            self.nodes.len(),
+            self.fingerprint,
+            theirs.split('-').next().unwrap_or("other servers"),
+        ))
+    }
+
+    /// Waits on past the attempt's deadline when the answers in cannot
+    /// tell what the round means yet.
+    #[allow(clippy::too_many_arguments)]
+    fn wait_on(
+        &self,
+        round: &Round,
+        tally: Tally,
+        sent: Instant,
+        deadline: Instant,
+        give_up_at: Option<Instant>,
+        interrupted: &dyn Fn() -> bool,
+        quorum: usize,
+    ) -> std::result::Result<Tally, Interrupted> {
+        if tally.yes >= quorum || tally.pending == 0 {
+            return Ok(tally);
+        }
+        let until = give_up_at.map(|at| at.max(deadline));
+        if tally.answered() < quorum {
+            // Too few answers in to tell a busy lock from nodes that are
+            // down: answers on their way are from nodes not yet known to
+            // be down (a slow link, a first connection), so wait on for
+            // them. Each request fails by its own timeout at the latest;
+            // the caller's deadline, if it comes first, makes the attempt
+            // a timeout, never "too few reachable".
+            return round.wait(until, interrupted, quorum);
+        }
+        if tally.recovering == tally.answered() {
+            // Every answer so far from a node in its restart guard: the
+            // nodes may all be new, which only the last answers can tell
+            // (see `adopt_new_nodes`). Worth a wait on first contact.
+            let first_contact = sent + self.request_timeout;
+            let until = until.map_or(first_contact, |at| at.min(first_contact));
+            return round.wait(Some(until), interrupted, usize::MAX);
+        }
+        Ok(tally)
     }
 
     /// A fresh uid per attempt; the waiting mark is the holder's own.
@@ -224,6 +332,7 @@ impl Quorum {
             mode,
             ttl_ms: self.lease.ttl_ms(),
             waiting_ms: self.waiting_mark.as_millis() as u64,
+            fingerprint: self.fingerprint.clone(),
         })
     }
 
@@ -266,19 +375,20 @@ impl Quorum {
     }
 
     /// Sends `call` to `targets` and waits, at most one attempt's time,
-    /// until `quorum` of them said yes; returns how many did.
+    /// until `quorum` of them said yes; returns how many did, and the round
+    /// (whose requests go on).
     fn confirm(
         &self,
         targets: impl IntoIterator<Item = usize>,
         quorum: usize,
         call: impl Fn(Arc<dyn NetLocker>) -> Reply<bool>,
-    ) -> usize {
+    ) -> (usize, Arc<Round>) {
         let round = Round::start(&self.nodes, targets, self.request_timeout, None, |node| {
             as_answer(call(node))
         });
         let deadline = Instant::now() + self.attempt_timeout;
         match round.wait(Some(deadline), &|| false, quorum) {
-            Ok(tally) => tally.yes,
+            Ok(tally) => (tally.yes, round),
             Err(_) => unreachable!("never interrupted"),
         }
     }
@@ -314,10 +424,25 @@ impl Quorum {
         hold.refresher.abort();
         let granted = hold.round.close();
         let quorum = self.quorum(hold.mode);
-        let released = self.confirm(granted.iter().map(|&(i, _)| i), quorum, |node| {
+        let (released, round) = self.confirm(granted.iter().map(|&(i, _)| i), quorum, |node| {
             release(node, hold.request.clone())
         });
+        self.retry_release(hold, round);
         Ok(released >= quorum)
+    }
+
+    /// Gives back, in the background, the grants of nodes that did not
+    /// answer the release: otherwise the next holder waits out their whole
+    /// TTL. Retried until each node answered or the lease ran out (the
+    /// grant has expired by then); the caller does not wait.
+    fn retry_release(&self, hold: &Hold, round: Arc<Round>) {
+        runtime::spawn(release_missed(
+            self.nodes.clone(),
+            hold.request.clone(),
+            round,
+            self.request_timeout,
+            hold.health.valid_until(),
+        ));
     }
 
     /// The write hold's fencing token, sealed on a write quorum first (see
@@ -334,7 +459,7 @@ impl Quorum {
         let quorum = self.quorum(Mode::Write);
         let token = hold.candidate;
         let targets = hold.round.granted().into_iter().map(|(i, _)| i);
-        let recorded = self.confirm(targets, quorum, |node| {
+        let (recorded, _) = self.confirm(targets, quorum, |node| {
             node.seal(hold.request.clone(), token)
         });
         if recorded < quorum {
@@ -354,8 +479,8 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// Equal jitter: half of an exponentially growing step, plus a random part
 /// of the other half, so contenders that collided spread apart.
-fn backoff(attempt: u32) -> Duration {
-    let step = (Duration::from_millis(2) * 2u32.pow(attempt.min(6))).min(BACKOFF_MAX);
+fn backoff(attempt: u32, max: Duration) -> Duration {
+    let step = (Duration::from_millis(2) * 2u32.pow(attempt.min(10))).min(max);
     let mut random = [0u8; 4];
     getrandom::fill(&mut random).expect("the OS random source failed");
     let fraction = f64::from(u32::from_le_bytes(random)) / f64::from(u32::MAX);
@@ -363,8 +488,48 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 /// A yes/no request as a round answer.
-fn as_answer(reply: Reply<bool>) -> Reply<Option<u64>> {
-    Box::pin(async move { Ok(reply.await?.then_some(0)) })
+fn as_answer(reply: Reply<bool>) -> Reply<Grant> {
+    Box::pin(async move {
+        Ok(match reply.await? {
+            true => Grant::Yes(0),
+            false => Grant::No,
+        })
+    })
+}
+
+/// The background part of [`Quorum::retry_release`].
+async fn release_missed(
+    nodes: Vec<Arc<dyn NetLocker>>,
+    request: Arc<Request>,
+    round: Arc<Round>,
+    request_timeout: Duration,
+    lease_end: Stamp,
+) {
+    // Retry only once every first request answered or timed out (and a
+    // connection that went silent under it was dropped); usually that is
+    // at once, and the task ends.
+    let settle_by = Instant::now() + request_timeout;
+    let mut look = Duration::from_millis(5);
+    while round.pending() > 0 && Instant::now() < settle_by {
+        tokio::time::sleep(look).await;
+        look = (look * 2).min(POLL);
+    }
+    let mut left = round.unanswered();
+    let mut attempt = 0;
+    while !left.is_empty() && !lease_end.has_passed() {
+        if attempt > 0 {
+            tokio::time::sleep(backoff(attempt, UNREACHABLE_BACKOFF_MAX)).await;
+        }
+        let outcomes = ask_all(&nodes, &left, request_timeout, |node| {
+            release(node, request.clone())
+        })
+        .await;
+        left = outcomes
+            .into_iter()
+            .filter_map(|(i, outcome)| outcome.is_err().then_some(i))
+            .collect();
+        attempt += 1;
+    }
 }
 
 /// Keeps a hold's grants alive until aborted. A refresh that leaves fewer
@@ -448,13 +613,14 @@ mod tests {
     #[test]
     fn backoff_grows_with_jitter_and_stays_bounded() {
         for attempt in 0..20 {
-            let wait = backoff(attempt);
+            let wait = backoff(attempt, BACKOFF_MAX);
             assert!(
                 wait >= Duration::from_millis(1) && wait <= BACKOFF_MAX,
                 "{wait:?}"
             );
         }
-        assert!(backoff(0) <= Duration::from_millis(2));
-        assert!(backoff(10) >= BACKOFF_MAX / 2);
+        assert!(backoff(0, BACKOFF_MAX) <= Duration::from_millis(2));
+        assert!(backoff(10, BACKOFF_MAX) >= BACKOFF_MAX / 2);
+        assert!(backoff(20, UNREACHABLE_BACKOFF_MAX) >= UNREACHABLE_BACKOFF_MAX / 2);
     }
 }

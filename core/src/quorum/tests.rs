@@ -142,20 +142,42 @@ fn a_majority_down_fails_naming_how_many_answered() {
         node.set_down(true);
     }
     let lock = lock_on(&nodes, Duration::from_secs(30));
-    let started = Instant::now();
-    let err = lock.write(None).err().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(1));
-    match err {
-        Error::Backend { message, .. } => {
-            assert!(
-                message.contains("only 2 of 5 nodes answered, 3 needed"),
-                "{message}"
-            );
-            assert!(message.contains("connection refused"), "{message}");
+    // A try-once fails at once; a wait retries until its timeout.
+    for (timeout, within) in [(0, 1), (300, 1000)] {
+        let started = Instant::now();
+        let err = lock
+            .write(Some(Duration::from_millis(timeout)))
+            .err()
+            .unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(timeout));
+        assert!(started.elapsed() < Duration::from_millis(within));
+        match err {
+            Error::Backend { message, .. } => {
+                assert!(
+                    message.contains("only 2 of 5 nodes answered, 3 needed"),
+                    "{message}"
+                );
+                assert!(message.contains("connection refused"), "{message}");
+            }
+            other => panic!("expected a backend error, got {other}"),
         }
-        other => panic!("expected a backend error, got {other}"),
     }
     eventually(|| grants(&nodes) == [0; 5]);
+}
+
+#[test]
+fn a_wait_without_timeout_outlasts_a_majority_down() {
+    let nodes = nodes(3);
+    nodes[0].set_down(true);
+    nodes[1].set_down(true);
+    let lock = lock_on(&nodes, Duration::from_secs(30));
+    let l = lock.clone();
+    let waiter = std::thread::spawn(move || l.write(None).map(drop));
+    std::thread::sleep(Duration::from_millis(300));
+    nodes[0].set_down(false);
+    nodes[1].set_down(false);
+    let got = waiter.join().unwrap();
+    assert!(got.is_ok(), "{got:?}");
 }
 
 #[test]

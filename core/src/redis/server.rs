@@ -87,6 +87,13 @@ impl Server {
         }
     }
 
+    /// `host:port/db`: which data set this URL reaches, however written.
+    #[cfg(feature = "quorum")]
+    pub(crate) fn address(&self) -> String {
+        let info = self.client.get_connection_info();
+        format!("{}/{}", info.addr(), info.redis_settings().db())
+    }
+
     /// The same server settings (auth, db, TLS) at another address: where a
     /// Cluster node redirected us.
     fn redirected(&self, addr: &str) -> Result<Arc<Server>> {

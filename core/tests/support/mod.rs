@@ -14,7 +14,27 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
-        let port = free_port();
+        RedisServer::start_on(free_port())
+    }
+
+    /// Kills the server and starts a new one on the same port, with no
+    /// persistence: everything it held is forgotten.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+
+    /// Kills the server; [`RedisServer::start_again`] brings it back empty.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn start_again(&mut self) {
+        *self = RedisServer::start_on(self.port);
+    }
+
+    fn start_on(port: u16) -> RedisServer {
         let dir = TempDir::new();
         let child = Command::new("redis-server")
             .args([

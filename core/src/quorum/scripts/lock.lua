@@ -8,21 +8,31 @@
 --                  sealed, for every name; never expires (quorum/rw_lock.rs)
 -- KEYS[5] legacy:  string, the name's own last value as versions before
 --                  KEYS[4] kept it; counted while it lives (it expires)
+-- KEYS[6] alive:   hash, the restart guard (guard.lua)
+-- KEYS[7] nodes:   string, the holders' node-list fingerprint (guard.lua)
 -- ARGV[1] uid of this attempt, ARGV[2] waiter (the holder, same across its
--- attempts), ARGV[3] ttl ms, ARGV[4] waiting-mark ms
--- Returns {1, fence} when granted, {0, 0} when denied.
+-- attempts), ARGV[3] ttl ms, ARGV[4] waiting-mark ms, ARGV[5] fingerprint
+-- Returns {1, fence} when granted, {0, ''} when denied, {2, ''} while the
+-- node recovers from a restart, {3, fingerprint} when the name's holders
+-- use another node list.
 -- Deadlines come from this server's clock, never from a client's.
 local writer, readers, waiting, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local uid, waiter, ttl_ms, waiting_ms = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+if recovering(KEYS[6], now_ms, ttl_ms) then return {2, ''} end
+local other = other_list(KEYS[7], ARGV[5])
+if other then return {3, other} end
 redis.call('ZREMRANGEBYSCORE', readers, '-inf', now_ms)
-if redis.call('EXISTS', writer) == 1 or redis.call('ZCARD', readers) > 0 then
+-- Our own grant (a request repeated after a dropped connection) is granted again.
+local holder = redis.call('GET', writer)
+if (holder and holder ~= uid) or redis.call('ZCARD', readers) > 0 then
   redis.call('SET', waiting, waiter, 'PX', waiting_ms)
-  return {0, 0}
+  return {0, ''}
 end
 redis.call('SET', writer, uid, 'PX', ttl_ms)
+record_list(KEYS[7], ARGV[5], ttl_ms)
 if redis.call('GET', waiting) == waiter then redis.call('DEL', waiting) end
 -- Seeded from server time, so values keep increasing even after Redis
 -- restarted without persistence.
