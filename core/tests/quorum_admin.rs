@@ -19,8 +19,12 @@ fn inspect_shows_each_nodes_grants_and_a_node_that_is_down() {
     let guard = lock.read(None).unwrap();
     urls.push(format!("redis://127.0.0.1:{}/0", free_port()));
     let nodes = inspect(&urls, "deploy").unwrap();
-    for node in &nodes[..3] {
-        assert!(node.writer.is_none() && node.readers.len() == 1, "{node:?}");
+    // A read returns once a read quorum (2 of 3) granted it; the third
+    // node's answer may still be on its way.
+    let granted: Vec<_> = nodes[..3].iter().filter(|n| n.readers.len() == 1).collect();
+    assert!(granted.len() >= 2, "{nodes:?}");
+    for node in granted {
+        assert!(node.writer.is_none(), "{node:?}");
         assert!(node.readers[0].expires_in > Duration::from_secs(25));
     }
     assert!(nodes[3].error.is_some() && !nodes[3].held());
