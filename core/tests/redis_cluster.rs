@@ -83,7 +83,7 @@ fn a_wait_group_keeps_its_limit_on_a_cluster() {
 #[test]
 fn a_session_keeps_and_frees_locks_on_every_node() {
     let cluster = RedisCluster::start();
-    let ttl = Duration::from_millis(400);
+    let ttl = Duration::from_millis(1200);
     let session = Session::builder(cluster.url(0)).ttl(ttl).build().unwrap();
     let rival = Session::builder(cluster.url(1)).build().unwrap();
     let names = names_on_every_node(&cluster);

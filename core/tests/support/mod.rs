@@ -408,6 +408,9 @@ impl RedisCluster {
 
     /// Kills the node at `port` and waits until a replica serves its slots.
     pub fn kill_master(&mut self, port: u16, served_key: &str) {
+        // Replication is asynchronous: a master killed right after a write
+        // may take it with it. The tests are about failing over, not that.
+        self.wait_for_replicas(port, served_key);
         let at = self.nodes.iter().position(|n| n.port == port).unwrap();
         drop(self.nodes.remove(at));
         let ports = self.ports();
@@ -419,6 +422,37 @@ impl RedisCluster {
                 .unwrap_or_default();
             info.contains("cluster_state:ok") && self.node_of(served_key) != port
         });
+    }
+
+    /// Waits until every replica of the master at `port` has `key`.
+    fn wait_for_replicas(&self, port: u16, key: &str) {
+        let id: String = redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.connection(port))
+            .unwrap();
+        let replicas: Vec<String> = redis::cmd("CLUSTER")
+            .arg("REPLICAS")
+            .arg(&id)
+            .query(&mut self.connection(port))
+            .unwrap_or_default();
+        for line in replicas {
+            let Some(replica) = line
+                .split(' ')
+                .nth(1)
+                .and_then(|addr| addr.split(['@', ':']).nth(1))
+                .and_then(|p| p.parse::<u16>().ok())
+            else {
+                continue;
+            };
+            eventually(Duration::from_secs(10), "the replica has the key", || {
+                let mut conn = self.connection(replica);
+                let _: redis::RedisResult<()> = redis::cmd("READONLY").query(&mut conn);
+                redis::cmd("EXISTS")
+                    .arg(key)
+                    .query::<bool>(&mut conn)
+                    .unwrap_or(false)
+            });
+        }
     }
 
     pub fn ports(&self) -> Vec<u16> {
