@@ -34,7 +34,8 @@ Gem::Specification.new do |spec|
     spec.files = Dir.chdir(__dir__) do
       Dir[
         "lockyard.gemspec", "Cargo.toml", "Cargo.lock", "core/**/*", "bindings-ruby/**/*",
-        "bindings-python/Cargo.toml", "bindings-python/build.rs", "bindings-python/src/**/*"
+        "bindings-python/Cargo.toml", "bindings-python/build.rs", "bindings-python/src/**/*",
+        "cli/Cargo.toml", "cli/src/**/*"
       ].select { |path| File.file?(path) }
         # Build products of a development checkout.
         .reject { |path| path.match?(%r{(\A|/)(target|tmp)/|\.(so|bundle|dylib)\z|/Makefile\z}) }
