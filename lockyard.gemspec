@@ -28,12 +28,15 @@ Gem::Specification.new do |spec|
   spec.license = "MIT"
   spec.homepage = "https://example.invalid/lockyard"
   spec.require_paths = ["bindings-ruby/lib"]
+  # The `lockyard` command, the same as the Rust binary's (Lockyard::Command).
+  spec.bindir = "exe"
+  spec.executables = ["lockyard"]
 
   if platform.empty?
     spec.required_ruby_version = ">= 3.1"
     spec.files = Dir.chdir(__dir__) do
       Dir[
-        "lockyard.gemspec", "Cargo.toml", "Cargo.lock", "core/**/*", "bindings-ruby/**/*",
+        "lockyard.gemspec", "Cargo.toml", "Cargo.lock", "core/**/*", "bindings-ruby/**/*", "exe/lockyard",
         "bindings-python/Cargo.toml", "bindings-python/build.rs", "bindings-python/src/**/*",
         "cli/Cargo.toml", "cli/src/**/*"
       ].select { |path| File.file?(path) }
@@ -50,7 +53,7 @@ Gem::Specification.new do |spec|
       extension = "bindings-ruby/lib/lockyard/lockyard_ruby.#{RbConfig::CONFIG['DLEXT']}"
       raise "#{extension} is missing: scripts/dist builds the platform gem" unless File.file?(extension)
 
-      [extension, *Dir["bindings-ruby/lib/**/*.rb"]]
+      [extension, *Dir["bindings-ruby/lib/**/*.rb"], "exe/lockyard"]
     end
   end
 end

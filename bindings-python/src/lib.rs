@@ -7,6 +7,7 @@
 use pyo3::prelude::*;
 
 mod block;
+mod command;
 mod convert;
 mod election;
 mod error;
@@ -55,6 +56,7 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     module.add("RedisTerm", module.py().get_type::<election::Term>())?;
     module.add_function(wrap_pyfunction!(session::redis_holder, module)?)?;
+    module.add_function(wrap_pyfunction!(command::run_command, module)?)?;
     let before_exit = wrap_pyfunction!(unlocked::before_exit, module)?;
     module
         .py()

@@ -62,7 +62,13 @@ def spawn() -> Iterator[Spawn]:
     for child in children:
         if child.poll() is None:
             child.kill()
-        child.communicate()
+        # A grandchild the script forked may hold its pipes open.
+        try:
+            child.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            for pipe in (child.stdin, child.stdout, child.stderr):
+                if pipe is not None:
+                    pipe.close()
 
 
 def eventually(condition: Callable[[], object], timeout: float = 5.0) -> bool:

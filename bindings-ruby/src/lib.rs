@@ -6,6 +6,7 @@
 
 use magnus::{prelude::*, Error, Ruby};
 
+mod command;
 mod convert;
 mod election;
 mod errors;
@@ -28,6 +29,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     session::define(ruby, redis)?;
     election::define(ruby, redis)?;
     quorum::define(ruby, lockyard.define_module("Quorum")?)?;
+    command::define(lockyard)?;
     let gcs = lockyard.define_module("GCS")?;
     gcs_lock::define(ruby, gcs)
 }

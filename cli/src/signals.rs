@@ -16,9 +16,17 @@ pub struct Signals(Arc<AtomicUsize>);
 impl Signals {
     /// Replaces the default action (die at once, leaving the lock to run
     /// out and COMMAND orphaned) by noting the signal.
+    ///
+    /// Under the wheel's or the gem's entry point the interpreter has
+    /// handlers of its own, which signal-hook would call after ours: they
+    /// would raise KeyboardInterrupt or Interrupt once lockyard returns,
+    /// replacing COMMAND's exit status by a traceback. They go first.
     pub fn install() -> Result<Signals, Failure> {
         let pending = Arc::new(AtomicUsize::new(0));
         for signal in FORWARDED {
+            // SAFETY: restoring the default action of a signal before
+            // installing our own handler for it.
+            unsafe { libc::signal(signal, libc::SIG_DFL) };
             signal_hook::flag::register_usize(signal, pending.clone(), signal as usize).map_err(
                 |e| Failure {
                     status: crate::exit::UNAVAILABLE,

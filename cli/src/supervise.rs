@@ -47,13 +47,17 @@ pub fn run(
     cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
     let parent = std::process::id() as libc::pid_t;
     let interactive = in_terminal_foreground();
-    // SAFETY: setpgid, prctl, getppid, kill, signal and tcsetpgrp are
+    // SAFETY: setpgid, signal, prctl, getppid, kill and tcsetpgrp are
     // async-signal-safe, as pre_exec requires.
     unsafe {
         cmd.pre_exec(move || {
             if libc::setpgid(0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // An ignored signal stays ignored across exec: Python ignores
+            // SIGXFSZ (std already restores SIGPIPE), and COMMAND must
+            // start as from a shell whichever entry point ran lockyard.
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
             // COMMAND must not outlive a lockyard that is killed (OOM,
             // `kill -9`): nobody would stop it once the lease runs out. The
             // signal follows the spawning thread's exit: this is the main one.

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use common::*;
 
 fn lockyard_at(urls: &[String]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_lockyard"));
+    let mut command = Command::new(program());
     command.env_remove("LOCKYARD_URL").arg("lock");
     for url in urls {
         command.args(["--url", url]);
@@ -104,7 +104,7 @@ fn on_a_quorum_status_shows_each_node_and_release_force_stops_the_holder() {
     ];
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let with_urls = |subcommand: &str| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_lockyard"));
+        let mut command = Command::new(program());
         command.arg(subcommand);
         for url in &urls {
             command.args(["--url", url]);
@@ -149,7 +149,7 @@ fn on_gcs_status_shows_the_object_and_release_force_stops_the_holder() {
     };
     let url = "gs://locks/ci";
     let with_url = |subcommand: &str| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_lockyard"));
+        let mut command = Command::new(program());
         command
             .env("STORAGE_EMULATOR_HOST", &gcs.host)
             .args([subcommand, "--url", url]);

@@ -108,7 +108,7 @@ fn bad_input_exits_64_without_starting_the_command_or_writing() {
 #[test]
 fn an_unreachable_server_exits_69() {
     let port = free_port();
-    let output = run(Command::new(env!("CARGO_BIN_EXE_lockyard")).args([
+    let output = run(Command::new(program()).args([
         "lock",
         "--url",
         &format!("redis://127.0.0.1:{port}/0"),
@@ -230,5 +230,29 @@ fn a_limit_admits_that_many_commands_at_once() {
     assert_eq!(status(&run(lockyard(&server).args(try_once))), 75);
     for child in [first, second] {
         stop(child);
+    }
+}
+
+/// COMMAND starts as from a shell whichever entry point ran lockyard:
+/// Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored
+/// across exec (`yes | head` would then never end on a broken pipe).
+#[test]
+fn the_command_inherits_no_ignored_signals_from_the_entry_point() {
+    let server = RedisServer::start();
+    let output = run(lockyard(&server).args([
+        "lock",
+        "--quiet",
+        "signals",
+        "--",
+        "sh",
+        "-c",
+        "grep SigIgn /proc/$$/status",
+    ]));
+    assert_eq!(status(&output), 0);
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mask = u64::from_str_radix(text.trim().trim_start_matches("SigIgn:").trim(), 16)
+        .unwrap_or_else(|_| panic!("no SigIgn line in {text:?}"));
+    for (signal, name) in [(libc::SIGPIPE, "SIGPIPE"), (libc::SIGXFSZ, "SIGXFSZ")] {
+        assert_eq!(mask >> (signal - 1) & 1, 0, "COMMAND ignores {name}");
     }
 }

@@ -50,7 +50,7 @@ fn a_command_reading_the_terminal_is_not_stopped_by_sigttin() {
     let inner = format!(
         "LOCKYARD_URL={} {} lock --quiet tty -- sh -c 'echo $$ > {}; read answer; echo got-$answer'",
         server.url(),
-        env!("CARGO_BIN_EXE_lockyard"),
+        program(),
         pid_file.display()
     );
     // `script` gives lockyard a pseudo-terminal as its controlling terminal.
@@ -111,7 +111,7 @@ fn on_gcs_lockyards_with_the_same_hostname_and_pid_are_not_one_holder() {
         let mut command = Command::new("unshare");
         command
             .args(["--pid", "--fork", "--kill-child"])
-            .arg(env!("CARGO_BIN_EXE_lockyard"))
+            .arg(program())
             .args(["lock", "--url", "gs://locks/ci", "--quiet"])
             .args(args)
             .env_remove("LOCKYARD_URL")

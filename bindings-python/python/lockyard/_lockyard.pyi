@@ -25,6 +25,7 @@ __all__ = [
     "RedisWaitGroup",
     "__version__",
     "redis_holder",
+    "run_command",
 ]
 
 __version__: str
@@ -296,3 +297,4 @@ class RedisTerm:
     def fencing_token(self) -> int: ...
 
 def redis_holder(url: str, name: str) -> str | None: ...
+def run_command(args: list[str]) -> int: ...

@@ -1,4 +1,5 @@
-//! Running the built `lockyard` against a private redis-server.
+//! Running `lockyard` (built here, or as installed) against a private
+//! redis-server.
 
 #![allow(dead_code)]
 
@@ -15,8 +16,15 @@ pub mod gcs;
 
 pub use support::{eventually, free_port, RedisServer};
 
+/// The `lockyard` under test: this crate's binary, or the installed entry
+/// point named by LOCKYARD_COMMAND (the wheel's console script, the gem's
+/// executable), which must behave the same.
+pub fn program() -> String {
+    std::env::var("LOCKYARD_COMMAND").unwrap_or_else(|_| env!("CARGO_BIN_EXE_lockyard").to_owned())
+}
+
 pub fn lockyard(server: &RedisServer) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_lockyard"));
+    let mut command = Command::new(program());
     command.env("LOCKYARD_URL", server.url());
     command
 }
