@@ -1,11 +1,13 @@
 //! What `lockyard lock` and `lockyard elect` share: wait for the hold
 //! (saying who is in the way), run COMMAND under it, give it back.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use lockyard::Error;
 
 use crate::exit::{self, Failure};
+use crate::output::say;
 use crate::progress::Progress;
 use crate::signals::Signals;
 use crate::supervise::{self, Outcome, Watch};
@@ -30,7 +32,7 @@ pub struct Plan<'a> {
     pub timeout: Option<Duration>,
     pub grace: Duration,
     pub quiet: bool,
-    pub command: &'a [String],
+    pub command: &'a [OsString],
     pub signals: &'a Signals,
     /// Who is in the way, for the line shown while waiting.
     pub describe: Box<dyn Fn() -> Option<String> + Send>,
@@ -77,7 +79,7 @@ pub fn run(hold: &mut dyn Hold, plan: Plan<'_>) -> Result<i32, Failure> {
     );
     // Released whatever COMMAND came to, even when it could not start.
     if let Err(e) = hold.release() {
-        eprintln!("lockyard: releasing {:?} failed: {e}", plan.name);
+        say!("lockyard: releasing {:?} failed: {e}", plan.name);
     }
     Ok(match outcome? {
         Outcome::Exited(status) => status,

@@ -10,6 +10,7 @@ mod backend;
 mod exit;
 mod hold;
 mod holds;
+mod output;
 mod progress;
 mod signals;
 mod status;
@@ -24,6 +25,7 @@ use lockyard::{gcs, quorum, redis};
 use backend::Backend;
 use exit::Failure;
 use hold::Plan;
+use output::say;
 use signals::Signals;
 
 /// The exit statuses, as every `--help` that runs COMMAND lists them.
@@ -130,7 +132,7 @@ struct LockArgs {
     name: String,
     /// The command to run while holding it, after `--`
     #[arg(value_name = "COMMAND", last = true, required = true)]
-    command: Vec<String>,
+    command: Vec<OsString>,
 }
 
 #[derive(Args)]
@@ -181,7 +183,7 @@ struct ElectArgs {
     name: String,
     /// The command to run while leader, after `--`
     #[arg(value_name = "COMMAND", last = true, required = true)]
-    command: Vec<String>,
+    command: Vec<OsString>,
 }
 
 fn seconds(text: &str) -> Result<Duration, String> {
@@ -226,7 +228,7 @@ where
     let status = match run(cli.command) {
         Ok(status) => status,
         Err(failure) => {
-            eprintln!("lockyard: {failure}");
+            say!("lockyard: {failure}");
             failure.status
         }
     };

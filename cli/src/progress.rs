@@ -2,6 +2,7 @@
 //! how long. Redrawn in place on a terminal; a line every few seconds in a
 //! CI log.
 
+use crate::output::{say, say_part};
 use std::io::IsTerminal;
 use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
@@ -33,16 +34,16 @@ impl Progress {
                     started.elapsed().as_secs()
                 );
                 if terminal {
-                    eprint!("\r\x1b[2K{line}");
+                    say_part!("\r\x1b[2K{line}");
                     drawn = true;
                     pause = TERMINAL_EVERY;
                 } else {
-                    eprintln!("{line}");
+                    say!("{line}");
                     pause = LOG_EVERY;
                 }
             }
             if drawn {
-                eprint!("\r\x1b[2K");
+                say_part!("\r\x1b[2K");
             }
         });
         Progress { stop, thread }

@@ -15,7 +15,9 @@ pub struct Signals(Arc<AtomicUsize>);
 
 impl Signals {
     /// Replaces the default action (die at once, leaving the lock to run
-    /// out and COMMAND orphaned) by noting the signal.
+    /// out and COMMAND orphaned) by noting the signal. A signal ignored
+    /// when lockyard started (`nohup`, a script's background job) stays
+    /// ignored, for lockyard and for COMMAND.
     ///
     /// Under the wheel's or the gem's entry point the interpreter has
     /// handlers of its own, which signal-hook would call after ours: they
@@ -24,6 +26,9 @@ impl Signals {
     pub fn install() -> Result<Signals, Failure> {
         let pending = Arc::new(AtomicUsize::new(0));
         for signal in FORWARDED {
+            if ignored(signal) {
+                continue;
+            }
             // SAFETY: restoring the default action of a signal before
             // installing our own handler for it.
             unsafe { libc::signal(signal, libc::SIG_DFL) };
@@ -55,5 +60,16 @@ impl Signals {
             status: 128 + signal,
             message: format!("interrupted by signal {signal} while waiting for {name:?}"),
         }
+    }
+}
+
+/// Whether `signal` is ignored in this process.
+fn ignored(signal: i32) -> bool {
+    // SAFETY: sigaction with no new action only reads the current one
+    // into a zeroed struct of the right type.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
     }
 }

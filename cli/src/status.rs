@@ -9,6 +9,7 @@ use serde_json::json;
 
 use crate::backend::Backend;
 use crate::exit::Failure;
+use crate::output::{out, out_part, say};
 
 /// Prints the state of `name`; exit status 0 if held, 1 if free.
 pub fn status(backend: &Backend, name: &str, as_json: bool) -> Result<i32, Failure> {
@@ -21,9 +22,9 @@ pub fn status(backend: &Backend, name: &str, as_json: bool) -> Result<i32, Failu
     };
     let state = redis::inspect(url, name)?;
     if as_json {
-        println!("{}", to_json(name, &state));
+        out!("{}", to_json(name, &state));
     } else {
-        print!("{}", to_text(name, &state));
+        out_part!("{}", to_text(name, &state));
     }
     Ok(if state.held() { 0 } else { 1 })
 }
@@ -39,16 +40,16 @@ pub fn release(backend: &Backend, name: &str, force: bool) -> Result<i32, Failur
     match backend {
         Backend::Redis(url) => {
             let removed = redis::force_release(url, name)?;
-            eprintln!("lockyard: removed {removed} holder(s) of {name:?}");
+            say!("lockyard: removed {removed} holder(s) of {name:?}");
         }
         Backend::Quorum(urls) => {
             let cleared = quorum::force_release(urls, name)?;
-            eprintln!("lockyard: removed the grants of {name:?} on {cleared} node(s)");
+            say!("lockyard: removed the grants of {name:?} on {cleared} node(s)");
         }
         Backend::Gcs { bucket, prefix } => {
             let removed = gcs_lock(bucket, prefix, name)?.force_release()?;
             let what = if removed { "deleted" } else { "found no" };
-            eprintln!("lockyard: {what} lock object for {name:?}");
+            say!("lockyard: {what} lock object for {name:?}");
         }
     }
     Ok(0)
@@ -126,9 +127,9 @@ fn quorum_status(urls: &[String], name: &str, as_json: bool) -> Result<i32, Fail
     }
     let held = nodes.iter().any(NodeState::held);
     if as_json {
-        println!("{}", quorum_json(name, &nodes));
+        out!("{}", quorum_json(name, &nodes));
     } else {
-        println!("{name}: {}", if held { "held" } else { "free" });
+        out!("{name}: {}", if held { "held" } else { "free" });
         for node in &nodes {
             let view = match &node.error {
                 Some(error) => format!("unreachable ({error})"),
@@ -160,7 +161,7 @@ fn quorum_status(urls: &[String], name: &str, as_json: bool) -> Result<i32, Fail
                     }
                 }
             };
-            println!("  {}: {view}", node.node);
+            out!("  {}: {view}", node.node);
         }
     }
     Ok(if held { 0 } else { 1 })
@@ -224,14 +225,14 @@ fn gcs_status(lock: &gcs::Lock, name: &str, as_json: bool) -> Result<i32, Failur
                 })
             })
             .collect();
-        println!(
+        out!(
             "{}",
             json!({"name": name, "held": object.is_some(), "holders": holders, "waiters": null})
         );
     } else {
         match &object {
-            None => println!("{name}: free"),
-            Some(o) => println!(
+            None => out!("{name}: free"),
+            Some(o) => out!(
                 "{name}: held\n  holder {}  generation (fencing token) {}  metageneration {}  {}",
                 o.identity.as_deref().unwrap_or("(no identity)"),
                 o.generation,

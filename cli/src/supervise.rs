@@ -4,6 +4,7 @@
 //! reach COMMAND only through `lockyard`, which then still releases the
 //! lock after COMMAND exits.
 
+use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus};
 use std::sync::mpsc;
@@ -11,6 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::exit::{self, Failure};
+use crate::output::say;
 use crate::signals::Signals;
 
 /// How often the lock's health (a flag and the clock) is looked at.
@@ -38,7 +40,7 @@ pub struct Watch<'a> {
 /// Runs `command` with `env` added to its environment and waits for it,
 /// stopping its process group if the lock turns unhealthy.
 pub fn run(
-    command: &[String],
+    command: &[OsString],
     env: &[(&str, String)],
     watch: &Watch<'_>,
 ) -> Result<Outcome, Failure> {
@@ -99,7 +101,7 @@ pub fn run(
             signal_group(group, signal);
         }
         if kill_at.is_none() && !(watch.healthy)() {
-            eprintln!(
+            say!(
                 "lockyard: {} was lost; stopping the command (SIGTERM, SIGKILL after {}s)",
                 watch.what,
                 watch.grace.as_secs_f64()

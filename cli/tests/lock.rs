@@ -5,7 +5,7 @@ mod common;
 
 use std::fs;
 use std::process::{Child, Command};
-use std::thread;
+
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -188,20 +188,23 @@ fn a_lost_lock_stops_the_commands_process_group_and_exits_76() {
 fn sigint_reaches_the_command_and_the_lock_is_released_after_it_exits() {
     let server = RedisServer::start();
     let log = scratch("log");
-    // Exits 7 a little after SIGINT, holding on while it cleans up.
+    let ready = scratch("ready");
+    // Exits 7 a little after SIGINT, holding on while it cleans up (long
+    // enough for `held` below to ask even through a slow entry point).
     let script = format!(
-        "trap 'echo interrupted > {0}; sleep 0.3; kill $!; exit 7' INT; sleep 30 & wait",
-        log.display()
+        "trap 'echo interrupted > {0}; sleep 1.5; kill $!; exit 7' INT; echo > {1}; sleep 30 & wait",
+        log.display(),
+        ready.display()
     );
     let mut holder = holding(&server, "deploy", &[], &script);
-    thread::sleep(Duration::from_millis(100)); // the trap is set
-                                               // SAFETY: plain system call on our own child.
+    eventually(Duration::from_secs(5), "the trap is set", || ready.exists());
+    // SAFETY: plain system call on our own child.
     unsafe { libc::kill(holder.id() as i32, libc::SIGINT) };
     eventually(Duration::from_secs(2), "COMMAND got SIGINT", || {
         log.exists()
     });
     assert!(held(&server, "deploy"), "released before COMMAND exited");
-    assert_eq!(wait_with_deadline(&mut holder, Duration::from_secs(3)), 7);
+    assert_eq!(wait_with_deadline(&mut holder, Duration::from_secs(5)), 7);
     assert!(!held(&server, "deploy"));
 }
 

@@ -5,15 +5,22 @@ COMMAND; the interpreter's KeyboardInterrupt plays no part."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 
 
 def main() -> None:
     # Until the command installs its own handlers, these signals do what
-    # they do to the binary: end the process, without a traceback.
+    # they do to the binary: end the process, without a traceback. One
+    # ignored when the process started (nohup) stays ignored.
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, signal.SIG_DFL)
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, signal.SIG_DFL)
+    # Core warnings go nowhere, as from the binary: the command prints its
+    # own one-line messages (Python's last-resort handler would add more).
+    logging.getLogger("lockyard").addHandler(logging.NullHandler())
+    logging.getLogger("lockyard").propagate = False
     from lockyard._lockyard import run_command
 
     sys.exit(run_command(sys.argv[1:]))

@@ -20,7 +20,10 @@ pub use support::{eventually, free_port, RedisServer};
 /// point named by LOCKYARD_COMMAND (the wheel's console script, the gem's
 /// executable), which must behave the same.
 pub fn program() -> String {
-    std::env::var("LOCKYARD_COMMAND").unwrap_or_else(|_| env!("CARGO_BIN_EXE_lockyard").to_owned())
+    std::env::var("LOCKYARD_COMMAND")
+        .ok()
+        .filter(|program| !program.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_lockyard").to_owned())
 }
 
 pub fn lockyard(server: &RedisServer) -> Command {
