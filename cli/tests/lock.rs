@@ -4,7 +4,7 @@
 mod common;
 
 use std::fs;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 
 use std::time::{Duration, Instant};
 
@@ -258,4 +258,42 @@ fn the_command_inherits_no_ignored_signals_from_the_entry_point() {
     for (signal, name) in [(libc::SIGPIPE, "SIGPIPE"), (libc::SIGXFSZ, "SIGXFSZ")] {
         assert_eq!(mask >> (signal - 1) & 1, 0, "COMMAND ignores {name}");
     }
+}
+
+/// On a terminal the waiting line is redrawn in place (once a second) and
+/// wiped before lockyard goes on; in a log it is a plain line (see
+/// `operate.rs`).
+#[test]
+fn on_a_terminal_the_waiting_line_is_redrawn_in_place() {
+    let server = RedisServer::start();
+    let holder = holding(&server, "busy", &[], "sleep 30");
+    let inner = format!(
+        "LOCKYARD_URL={} {} lock --timeout 2.6 busy -- true",
+        server.url(),
+        program()
+    );
+    // `script` gives lockyard a pseudo-terminal as its stderr.
+    let output = Command::new("script")
+        .args(["-qefc", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    stop(holder);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(75), "{text:?}");
+    let redraw = "\r\x1b[2Klockyard: waiting ";
+    assert!(text.matches(redraw).count() >= 2, "not redrawn: {text:?}");
+    assert_eq!(
+        text.matches("lockyard: waiting ").count(),
+        text.matches(redraw).count(),
+        "a waiting line not drawn in place: {text:?}"
+    );
+    let first = text.find(redraw).unwrap();
+    let wiped = text.rfind("\r\x1b[2K").unwrap();
+    assert!(wiped > text.rfind(redraw).unwrap(), "not wiped: {text:?}");
+    assert!(
+        !text[first..wiped].contains('\n'),
+        "new lines while waiting: {text:?}"
+    );
+    assert!(text[wiped..].contains("lockyard: "), "{text:?}");
 }
