@@ -1,7 +1,8 @@
 """What `lockyard lock NAME -- true` costs over running `true` alone, per
 install form of the command: the Rust binary, the wheel's console script
-and the gem's executable. Prints the median wall time of RUNS runs of each,
-taken in turns so that a busy moment of the machine hits every form alike.
+and the gem's executable, beside the bare start-up of the two interpreters.
+Prints the median wall time of RUNS runs of each, taken in turns so that a
+busy moment of the machine hits every form alike.
 
     python bench/command.py [RUNS]
 
@@ -55,10 +56,23 @@ def main() -> None:
         server = RedisServer(directory)
         try:
             env = {**os.environ, "LOCKYARD_URL": server.url}
-            commands = {"true alone": ["true"]} | {
-                form: [*program, "lock", "--quiet", "bench-command", "--", "true"]
-                for form, program in forms().items()
+            # What each entry point costs before lockyard runs at all.
+            interpreters = {
+                "python -c pass (start-up)": [
+                    str(ROOT / ".venv/bin/python"),
+                    "-c",
+                    "pass",
+                ],
+                "ruby -e nil (start-up)": ["ruby", "-e", "nil"],
             }
+            commands = (
+                {"true alone": ["true"]}
+                | interpreters
+                | {
+                    form: [*program, "lock", "--quiet", "bench-command", "--", "true"]
+                    for form, program in forms().items()
+                }
+            )
             for command in commands.values():  # warm the page cache
                 wall_ms(command, env)
             times: dict[str, list[float]] = {form: [] for form in commands}

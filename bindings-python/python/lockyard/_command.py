@@ -5,7 +5,6 @@ COMMAND; the interpreter's KeyboardInterrupt plays no part."""
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 
@@ -17,10 +16,6 @@ def main() -> None:
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(number) is not signal.SIG_IGN:
             signal.signal(number, signal.SIG_DFL)
-    # Core warnings go nowhere, as from the binary: the command prints its
-    # own one-line messages (Python's last-resort handler would add more).
-    logging.getLogger("lockyard").addHandler(logging.NullHandler())
-    logging.getLogger("lockyard").propagate = False
     from lockyard._lockyard import run_command
 
     sys.exit(run_command(sys.argv[1:]))
