@@ -115,6 +115,13 @@ fn clients_with_different_node_lists_are_refused() {
         TTL,
     );
     let _held = abc.write(None).unwrap();
+    // A write returns with a majority; the third grant may still be on its
+    // way. Until it lands, that node is free, and abd's try there would be
+    // granted and leave abd's list recorded for cba to trip over.
+    eventually(Duration::from_secs(5), "abc holds every node", || {
+        lockyard::quorum::inspect(&all[..3], "lists")
+            .is_ok_and(|nodes| nodes.iter().all(|node| node.writer.is_some()))
+    });
     for got in [
         abd.write(Some(Duration::from_secs(1))).map(drop),
         abd.read(Some(Duration::from_secs(1))).map(drop),
