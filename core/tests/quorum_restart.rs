@@ -114,10 +114,23 @@ fn clients_with_different_node_lists_are_refused() {
         "lists",
         TTL,
     );
+    // New nodes start in their restart guard, which a first client's round
+    // lifts; its next round may reach a node before the lift does, and miss
+    // it. Lift every guard first, so that abc's grant lands on all three
+    // nodes: a node abc does not hold would grant abd's try and record
+    // abd's list, for cba to trip over.
+    let warm_up = lock(&all, "warm-up", TTL);
+    eventually(Duration::from_secs(5), "every node grants", || {
+        let held = warm_up.write(None).unwrap();
+        thread::sleep(Duration::from_millis(50)); // the last grant lands
+        let everywhere = lockyard::quorum::inspect(&all, "warm-up")
+            .is_ok_and(|nodes| nodes.iter().all(|node| node.writer.is_some()));
+        drop(held);
+        everywhere
+    });
     let _held = abc.write(None).unwrap();
     // A write returns with a majority; the third grant may still be on its
-    // way. Until it lands, that node is free, and abd's try there would be
-    // granted and leave abd's list recorded for cba to trip over.
+    // way, and until it lands that node is free.
     eventually(Duration::from_secs(5), "abc holds every node", || {
         lockyard::quorum::inspect(&all[..3], "lists")
             .is_ok_and(|nodes| nodes.iter().all(|node| node.writer.is_some()))
