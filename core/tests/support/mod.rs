@@ -166,6 +166,72 @@ impl Drop for ClusterNode {
     }
 }
 
+impl ClusterNode {
+    /// A cluster-enabled redis-server on a free port, answering. A port
+    /// (or its bus port, port + 10000) found free can be taken by another
+    /// test's connection before the server binds it: the server then exits,
+    /// and is started again on another port.
+    fn start(replicas: usize) -> ClusterNode {
+        for _ in 0..5 {
+            let port = loop {
+                let port = free_port();
+                if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+                    break port;
+                }
+            };
+            let dir = TempDir::new();
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    // Without replicas a node wrongly found failed (a busy
+                    // machine) would stop the cluster: keep the default.
+                    if replicas > 0 { "1000" } else { "15000" },
+                ])
+                .current_dir(&dir.0)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server must be installed");
+            let mut node = ClusterNode {
+                child,
+                port,
+                _dir: dir,
+            };
+            let started = Instant::now();
+            loop {
+                let answering = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                    .and_then(|c| c.get_connection())
+                    .is_ok();
+                if answering {
+                    return node;
+                }
+                if node.child.try_wait().ok().flatten().is_some() {
+                    break; // could not bind: another port
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "cluster node did not start"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("no cluster node started in 5 tries");
+    }
+}
+
 impl RedisCluster {
     pub fn start() -> RedisCluster {
         RedisCluster::start_with_replicas(0)
@@ -175,61 +241,9 @@ impl RedisCluster {
     /// peer as failed after 1 s, so a replica takes over in about 2 s.
     pub fn start_with_replicas(replicas: usize) -> RedisCluster {
         let nodes: Vec<ClusterNode> = (0..3 * (1 + replicas))
-            .map(|_| {
-                // The cluster bus listens on port + 10000.
-                let port = loop {
-                    let port = free_port();
-                    if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
-                        break port;
-                    }
-                };
-                let dir = TempDir::new();
-                let child = Command::new("redis-server")
-                    .args([
-                        "--port",
-                        &port.to_string(),
-                        "--bind",
-                        "127.0.0.1",
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                    ])
-                    .args([
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        // Without replicas a node wrongly found failed (a busy
-                        // machine) would stop the cluster: keep the default.
-                        if replicas > 0 { "1000" } else { "15000" },
-                    ])
-                    .current_dir(&dir.0)
-                    .stdout(Stdio::null())
-                    .spawn()
-                    .expect("redis-server must be installed");
-                ClusterNode {
-                    child,
-                    port,
-                    _dir: dir,
-                }
-            })
+            .map(|_| ClusterNode::start(replicas))
             .collect();
         let cluster = RedisCluster { nodes };
-        for node in &cluster.nodes {
-            let started = Instant::now();
-            while redis::Client::open(format!("redis://127.0.0.1:{}", node.port))
-                .and_then(|c| c.get_connection())
-                .is_err()
-            {
-                assert!(
-                    started.elapsed() < Duration::from_secs(10),
-                    "cluster node did not start"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
         let addresses: Vec<String> = cluster
             .nodes
             .iter()
