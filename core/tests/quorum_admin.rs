@@ -52,6 +52,18 @@ fn force_release_clears_every_node_and_fences_keep_increasing() {
         .unwrap();
     let guard = lock.write(None).unwrap();
     let old_token = guard.fencing_token().unwrap();
+    // A write returns once a majority granted it; the third grant may still
+    // be on its way, and force_release counts the grants it removed.
+    eventually(
+        Duration::from_secs(2),
+        "every node granted the write",
+        || {
+            inspect(&urls, "deploy")
+                .unwrap()
+                .iter()
+                .all(|n| n.writer.is_some())
+        },
+    );
 
     assert_eq!(force_release(&urls, "deploy").unwrap(), 3);
     eventually(Duration::from_secs(1), "the holder loses quorum", || {
