@@ -4,6 +4,8 @@
 //! client side: queueing, listening for a handoff, giving up cleanly, and
 //! refreshing held slots in the background.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +14,7 @@ use tokio::task::JoinHandle;
 use super::keys::Keys;
 use super::scripts::{prepare, SCRIPTS};
 use super::server::{OnSignal, Route, COMMAND_TIMEOUT};
-use super::session::{Binding, Membership};
+use super::session::{Binding, Member, Membership};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -118,20 +120,19 @@ impl Drop for Keeper {
 }
 
 /// A grant kept alive by a session's renewal loop.
-#[derive(Clone)]
-pub(crate) struct Member {
+struct SessionGrant {
     shared: Arc<Shared>,
     token: String,
 }
 
-impl Member {
-    /// Extends the grant by the session's TTL; Ok(false) if it was lost.
-    pub(crate) async fn refresh(&self) -> Result<bool> {
-        Ok(refresh_once(&self.shared, &self.token, TAKER).await? == Renewal::Extended)
+impl Member for SessionGrant {
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<bool>> + Send + '_>> {
+        Box::pin(async move {
+            Ok(refresh_once(&self.shared, &self.token, TAKER).await? == Renewal::Extended)
+        })
     }
 
-    /// Gives the grant back (a clean release: no lock_delay).
-    pub(crate) fn release(&self) -> Result<bool> {
+    fn release(&self) -> Result<bool> {
         Semaphore {
             shared: self.shared.clone(),
         }
@@ -611,10 +612,10 @@ impl Semaphore {
             self.release_as(token, true)?;
             return Err(lost);
         }
-        let member = Member {
+        let member = Arc::new(SessionGrant {
             shared: self.shared.clone(),
             token: token.to_owned(),
-        };
+        });
         Ok(Hold {
             token: token.to_owned(),
             fence,

@@ -17,13 +17,14 @@
 //! without `destroy()` leaves its grants until ttl + lock_delay, then the
 //! same.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::semaphore::Member;
 use super::server::{server, Route, COMMAND_TIMEOUT};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
@@ -59,6 +60,19 @@ impl std::str::FromStr for Behavior {
             ))),
         }
     }
+}
+
+/// A grant living under a session, as the session sees it. Declared here
+/// and implemented by the semaphore, so the session needs to know nothing
+/// else of how grants are taken.
+pub(crate) trait Member: Send + Sync {
+    /// Extends the grant by the session's TTL; Ok(false) if it was lost.
+    /// Boxed to be callable through `dyn`: once per grant and renewal,
+    /// which is every ttl/2, not a hot path.
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<bool>> + Send + '_>>;
+
+    /// Gives the grant back (a clean release: no lock_delay).
+    fn release(&self) -> Result<bool>;
 }
 
 /// A lease that locks and elections live under; see the module docs.
@@ -251,7 +265,7 @@ pub(crate) struct SessionState {
     health: Arc<Health>,
     /// Grants held under the session, kept alive by its renewal; a forked
     /// child's are its own, not its parent's.
-    members: Holds<u64, Member>,
+    members: Holds<u64, Arc<dyn Member>>,
     next_member: AtomicU64,
     destroyed: AtomicBool,
     pid: u32,
@@ -296,7 +310,7 @@ impl SessionState {
         }
     }
 
-    fn members(&self) -> ProcessHolds<'_, u64, Member> {
+    fn members(&self) -> ProcessHolds<'_, u64, Arc<dyn Member>> {
         self.members.get()
     }
 
@@ -409,7 +423,7 @@ impl Binding {
     /// Puts a new grant under the session's renewal. A grant that raced
     /// with [`Session::destroy`] (granted after destroy drained the
     /// session) is given back here instead of outliving the session.
-    pub(crate) fn join(&self, member: Member) -> Result<Membership> {
+    pub(crate) fn join(&self, member: Arc<dyn Member>) -> Result<Membership> {
         let id = self.state.next_member.fetch_add(1, Ordering::Relaxed);
         self.state.members().insert(id, member.clone());
         let membership = Membership {
@@ -486,7 +500,7 @@ async fn renew_once(state: &SessionState) -> Result<Option<String>> {
             "the session ran out before it could be renewed (paused or partitioned?)".into(),
         ));
     }
-    let members: Vec<(u64, Member)> = state
+    let members: Vec<(u64, Arc<dyn Member>)> = state
         .members()
         .iter()
         .map(|(id, m)| (*id, m.clone()))
