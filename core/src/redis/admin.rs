@@ -9,8 +9,9 @@ use std::time::Duration;
 use redis::Script;
 
 use super::keys::Keys;
+use super::route::Route;
 use super::scripts::prepare;
-use super::server::{server, Route, COMMAND_TIMEOUT};
+use super::server::{server, COMMAND_TIMEOUT};
 use crate::error::{Error, Result};
 
 macro_rules! admin_script {

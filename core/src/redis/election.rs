@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::keys::Keys;
+use super::route::Route;
 use super::semaphore::{Hold, Semaphore, Shape};
-use super::server::{server, Route, COMMAND_TIMEOUT};
+use super::server::{server, COMMAND_TIMEOUT};
 use super::session::{Binding, Session, SessionState};
 use crate::error::{Error, Result};
 use crate::holds::{Holds, ProcessHolds};

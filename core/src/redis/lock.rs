@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::keys::Keys;
+use super::route::Route;
 use super::semaphore::{Hold, Semaphore, Shape};
-use super::server::{server, Route};
+use super::server::server;
 use super::session::{Binding, Session, SessionState};
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};

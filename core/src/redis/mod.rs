@@ -3,8 +3,10 @@
 mod admin;
 mod election;
 mod exclusive;
+mod failure;
 mod keys;
 mod lock;
+mod route;
 mod scripts;
 mod semaphore;
 mod server;
@@ -19,7 +21,9 @@ pub use exclusive::{exclusive, Claim, Exclusive};
 pub(crate) use keys::check_name;
 pub use lock::{holder, Lock, LockBuilder, LockGuard};
 #[cfg(feature = "quorum")]
-pub(crate) use server::{server, Route, Server, COMMAND_TIMEOUT};
+pub(crate) use route::Route;
+#[cfg(feature = "quorum")]
+pub(crate) use server::{server, Server, COMMAND_TIMEOUT};
 pub use session::{Behavior, Session, SessionBuilder};
 pub use settings::{seconds, LeaseBuilder};
 pub use wait_group::{Slot, WaitGroup, WaitGroupBuilder};

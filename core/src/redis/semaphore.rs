@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
+use super::failure::OnSignal;
 use super::keys::Keys;
+use super::route::Route;
 use super::scripts::{prepare, SCRIPTS};
-use super::server::{OnSignal, Route, COMMAND_TIMEOUT};
+use super::server::COMMAND_TIMEOUT;
 use super::session::{Binding, Member, Membership};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};

@@ -8,12 +8,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, Connection, ConnectionAddr, ErrorKind, Pipeline,
-    RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+    AsyncConnectionConfig, Client, Connection, ConnectionAddr, ErrorKind, RedisError, RedisResult,
+    Value,
 };
 
+use super::failure::{interrupted_by_signal, is_cluster_reply, Failure, OnSignal};
 use crate::error::{Error, Result};
 
 const MAX_IDLE: usize = 16;
@@ -96,7 +97,7 @@ impl Server {
 
     /// The same server settings (auth, db, TLS) at another address: where a
     /// Cluster node redirected us.
-    fn redirected(&self, addr: &str) -> Result<Arc<Server>> {
+    pub(crate) fn redirected(&self, addr: &str) -> Result<Arc<Server>> {
         let (host, port) = addr
             .rsplit_once(':')
             .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
@@ -198,7 +199,7 @@ impl Server {
                 }
                 Err(e) if is_cluster_reply(&e) => {
                     self.checkin(conn);
-                    return Err(self.failure(operation, e));
+                    return Err(Failure::of(&self.name, operation, e));
                 }
                 Err(e) if interrupted_by_signal(&e) => match on_signal {
                     OnSignal::Report => return Err(Failure::Signal),
@@ -208,7 +209,7 @@ impl Server {
                 Err(e) if pooled && !stale_retried && e.is_connection_dropped() => {
                     stale_retried = true;
                 }
-                Err(e) => return Err(self.failure(operation, e)),
+                Err(e) => return Err(Failure::of(&self.name, operation, e)),
             }
         }
     }
@@ -243,7 +244,7 @@ impl Server {
     /// next one (the caller's retry) starts on a fresh one: a connection gone
     /// silent must not cost every later call its whole timeout too. A
     /// Cluster reply (a redirect, TRYAGAIN) leaves it: it answered.
-    async fn in_background<T, F>(
+    pub(crate) async fn in_background<T, F>(
         &self,
         operation: &str,
         deadline: Instant,
@@ -254,7 +255,9 @@ impl Server {
     {
         let outcome = tokio::time::timeout_at(deadline.into(), async {
             let conn = self.background().await.map_err(Failure::Unreachable)?;
-            call(conn).await.map_err(|e| self.failure(operation, e))
+            call(conn)
+                .await
+                .map_err(|e| Failure::of(&self.name, operation, e))
         })
         .await
         .unwrap_or_else(|_| {
@@ -284,7 +287,7 @@ impl Server {
     /// a server not in a Cluster refuses it) from the first call through it
     /// that succeeds, once per server and process. Best effort: a failure
     /// leaves it for the next call.
-    fn learn_peers(&self) {
+    pub(crate) fn learn_peers(&self) {
         if self.knows_peers() {
             return;
         }
@@ -297,7 +300,7 @@ impl Server {
     }
 
     /// [`Server::learn_peers`] for background calls, before `deadline`.
-    async fn learn_peers_in_background(&self, deadline: Instant) {
+    pub(crate) async fn learn_peers_in_background(&self, deadline: Instant) {
         if self.knows_peers() {
             return;
         }
@@ -328,7 +331,7 @@ impl Server {
     }
 
     /// The `index`-th other node of this server's Cluster, if known.
-    fn peer(&self, index: usize) -> Option<String> {
+    pub(crate) fn peer(&self, index: usize) -> Option<String> {
         let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         peers.as_ref()?.get(index).cloned()
     }
@@ -343,18 +346,6 @@ impl Server {
 
     pub(crate) fn error(&self, operation: &str, e: RedisError) -> Error {
         Error::backend(&self.name, operation, e)
-    }
-
-    fn failure(&self, operation: &str, e: RedisError) -> Failure {
-        if e.redirect_node().is_some() {
-            Failure::Redirect(e)
-        } else if is_cluster_reply(&e) {
-            Failure::Unsettled(self.error(operation, e))
-        } else if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
-            Failure::Broken(self.error(operation, e))
-        } else {
-            Failure::Fatal(self.error(operation, e))
-        }
     }
 }
 
@@ -381,340 +372,6 @@ fn node_addresses(slots: &Value, own: &str) -> Vec<String> {
         }
     }
     nodes
-}
-
-/// A Cluster node's answer about the slot rather than the request: it
-/// lives elsewhere (MOVED, ASK), its keys are mid-migration (TRYAGAIN), or
-/// a failed master's slots wait for a replica to take over (CLUSTERDOWN).
-fn is_cluster_reply(e: &RedisError) -> bool {
-    e.redirect_node().is_some()
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown)
-        )
-}
-
-fn interrupted_by_signal(e: &RedisError) -> bool {
-    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        // redis-rs keeps its cause behind an Arc, which is what source() gives.
-        let io = cause.downcast_ref::<std::io::Error>().or_else(|| {
-            cause
-                .downcast_ref::<Shared>()
-                .and_then(|inner| inner.downcast_ref())
-        });
-        if let Some(io) = io {
-            return io.kind() == std::io::ErrorKind::Interrupted;
-        }
-        source = cause.source();
-    }
-    false
-}
-
-/// What to do when a signal cuts a request short.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OnSignal {
-    /// Send it again: the request's repetition changes nothing.
-    Repeat,
-    /// Let the caller decide (it may have taken effect).
-    Report,
-}
-
-/// Why a request did not produce a value.
-pub(crate) enum Failure {
-    /// A Cluster node said the slot lives elsewhere (MOVED or ASK).
-    Redirect(RedisError),
-    /// TRYAGAIN or CLUSTERDOWN: the slot is mid-migration or its master is
-    /// being replaced; the same request may succeed shortly.
-    Unsettled(Error),
-    /// A signal cut it short, with [`OnSignal::Report`].
-    Signal,
-    /// Never sent: the server could not be connected to.
-    Unreachable(Error),
-    /// Sent, but the connection failed or went silent before the answer.
-    Broken(Error),
-    Fatal(Error),
-}
-
-/// How many nodes one request may visit (redirects and the seed fallback).
-const MAX_HOPS: usize = 5;
-/// First pause before repeating a request a Cluster node asked to retry.
-const UNSETTLED_PAUSE: Duration = Duration::from_millis(20);
-
-/// The node that serves one lock's hash slot: the URL's server (the seed)
-/// until a Cluster node redirects us, then the node it named. All keys of a
-/// lock share one hash tag, so one node serves all of them, and this route
-/// is all the slot map a lock needs.
-///
-/// Why not redis-rs's cluster client: it would add dependencies (crc16,
-/// rand) to follow what is, for us, one slot per lock; and its connection
-/// resends a request on any I/O error (EINTR and read timeouts included),
-/// which a release must not do (see [`OnSignal::Report`]), and keeps its
-/// timeouts per connection rather than per call.
-pub(crate) struct Route {
-    seed: Arc<Server>,
-    current: Mutex<Arc<Server>>,
-}
-
-/// How far one request got: TRYAGAINs waited out, other nodes tried.
-#[derive(Default)]
-struct Progress {
-    unsettled: u32,
-    peers_tried: usize,
-}
-
-/// What one hop of a request came to, for the route to decide the next.
-enum Next {
-    /// Send it to this node (after ASKING if `asking`).
-    Hop(Arc<Server>, bool),
-    /// Send it to the same node again after a pause, unless that would
-    /// be too late: then end with the error.
-    Pause(Duration, Error),
-}
-
-impl Route {
-    pub(crate) fn new(server: Arc<Server>) -> Self {
-        Route {
-            current: Mutex::new(server.clone()),
-            seed: server,
-        }
-    }
-
-    pub(crate) fn server(&self) -> Arc<Server> {
-        self.current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn set_current(&self, server: Arc<Server>) {
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = server;
-    }
-
-    /// Where to go after `server` failed with `failure`, or the error to
-    /// end the request with. `resendable`: the request may be sent again
-    /// after a failure in mid-request (it changes nothing the second time).
-    fn next(
-        &self,
-        server: &Arc<Server>,
-        failure: Failure,
-        resendable: bool,
-        progress: &mut Progress,
-    ) -> Result<Next> {
-        match failure {
-            Failure::Redirect(e) => {
-                let (addr, _slot) = e.redirect_node().expect("a redirect names its node");
-                let target = server.redirected(addr)?;
-                let asking = e.kind() == ErrorKind::Server(ServerErrorKind::Ask);
-                if !asking {
-                    self.set_current(target.clone());
-                }
-                Ok(Next::Hop(target, asking))
-            }
-            Failure::Unsettled(e) => {
-                progress.unsettled += 1;
-                Ok(Next::Pause(UNSETTLED_PAUSE * progress.unsettled.min(10), e))
-            }
-            // The seed itself is gone (it failed over): any other node of
-            // its Cluster knows who serves the slot now.
-            Failure::Unreachable(e) if Arc::ptr_eq(server, &self.seed) => {
-                self.other_node(progress).ok_or(e)
-            }
-            Failure::Broken(e) if Arc::ptr_eq(server, &self.seed) => match resendable {
-                true => self.other_node(progress).ok_or(e),
-                false => Err(e),
-            },
-            // The node may be gone for good (a master failed over): the
-            // seed knows who serves the slot now, for this request if it
-            // was never sent or can be sent again, for the next one anyway.
-            Failure::Unreachable(_) => {
-                self.forget(server);
-                Ok(Next::Hop(self.seed.clone(), false))
-            }
-            Failure::Broken(e) => {
-                self.forget(server);
-                match resendable {
-                    true => Ok(Next::Hop(self.seed.clone(), false)),
-                    false => Err(e),
-                }
-            }
-            Failure::Signal => unreachable!("handled by the caller"),
-            Failure::Fatal(e) => Err(e),
-        }
-    }
-
-    /// The next node of the seed's Cluster this request has not tried.
-    fn other_node(&self, progress: &mut Progress) -> Option<Next> {
-        let address = self.seed.peer(progress.peers_tried)?;
-        progress.peers_tried += 1;
-        let node = self.seed.redirected(&address).ok()?;
-        Some(Next::Hop(node, false))
-    }
-
-    /// Routes the next request via the seed, unless another one already
-    /// moved the route on from `server`.
-    fn forget(&self, server: &Arc<Server>) {
-        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        if Arc::ptr_eq(&current, server) {
-            *current = self.seed.clone();
-        }
-    }
-
-    /// Runs `request`, following Cluster redirects; a signal that cuts it
-    /// short sends it again.
-    pub(crate) fn run<T>(
-        &self,
-        operation: &str,
-        read_timeout: Duration,
-        request: impl FnMut(&mut Connection) -> RedisResult<T>,
-    ) -> Result<T> {
-        let value = self.run_or_signal(operation, read_timeout, OnSignal::Repeat, request)?;
-        Ok(value.expect("repeated requests never end in a signal"))
-    }
-
-    /// Like [`Route::run`], but Ok(None) when a signal cut the request
-    /// short, for requests whose repetition could mislead (release) or that
-    /// should go back to checking the caller's interrupt first (a wait).
-    /// TRYAGAIN and CLUSTERDOWN are waited out for up to `read_timeout`.
-    pub(crate) fn run_or_signal<T>(
-        &self,
-        operation: &str,
-        read_timeout: Duration,
-        on_signal: OnSignal,
-        mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
-    ) -> Result<Option<T>> {
-        let give_up_at = Instant::now() + read_timeout;
-        let resendable = on_signal == OnSignal::Repeat;
-        let (mut server, mut asking) = (self.server(), false);
-        let (mut hops, mut progress) = (1, Progress::default());
-        loop {
-            let outcome = server.run(operation, read_timeout, on_signal, |conn| {
-                if asking {
-                    redis::cmd("ASKING").query::<()>(conn)?;
-                }
-                request(conn)
-            });
-            let failure = match outcome {
-                Ok(value) => {
-                    self.seed.learn_peers();
-                    return Ok(Some(value));
-                }
-                Err(Failure::Signal) => return Ok(None),
-                Err(failure) => failure,
-            };
-            match self.next(&server, failure, resendable, &mut progress)? {
-                Next::Hop(_, _) if hops == MAX_HOPS => {
-                    return Err(too_many_hops(&server, operation));
-                }
-                Next::Hop(target, ask) => {
-                    (server, asking, hops) = (target, ask, hops + 1);
-                }
-                Next::Pause(pause, e) => {
-                    if Instant::now() + pause >= give_up_at {
-                        return Err(e);
-                    }
-                    std::thread::sleep(pause);
-                }
-            }
-        }
-    }
-
-    /// The background counterpart of [`Route::run`] (refreshes, renewals):
-    /// runs `call` on the serving node's multiplexed connection, following
-    /// redirects and waiting out TRYAGAIN, all within `limit`. `call` must
-    /// be safe to repeat: a node that fails in mid-call is replaced by the
-    /// seed, and the call sent again.
-    pub(crate) async fn in_background<T, F>(
-        &self,
-        operation: &str,
-        limit: Duration,
-        call: impl Fn(Link) -> F,
-    ) -> Result<T>
-    where
-        F: std::future::Future<Output = RedisResult<T>>,
-    {
-        let deadline = Instant::now() + limit;
-        let (mut server, mut asking) = (self.server(), false);
-        let (mut hops, mut progress) = (1, Progress::default());
-        loop {
-            let failure = match server
-                .in_background(operation, deadline, |conn| call(Link { conn, asking }))
-                .await
-            {
-                Ok(value) => {
-                    self.seed.learn_peers_in_background(deadline).await;
-                    return Ok(value);
-                }
-                Err(failure) => failure,
-            };
-            match self.next(&server, failure, true, &mut progress)? {
-                Next::Hop(_, _) if hops == MAX_HOPS => {
-                    return Err(too_many_hops(&server, operation));
-                }
-                // A future polled past its deadline still runs once: no
-                // hop may start late and send what the caller gave up on.
-                Next::Hop(_, _) if Instant::now() >= deadline => {
-                    return Err(Error::backend(&server.name, operation, "no answer in time"));
-                }
-                Next::Hop(target, ask) => {
-                    (server, asking, hops) = (target, ask, hops + 1);
-                }
-                Next::Pause(pause, e) => {
-                    if Instant::now() + pause >= deadline {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(pause).await;
-                }
-            }
-        }
-    }
-}
-
-fn too_many_hops(server: &Server, operation: &str) -> Error {
-    Error::backend(
-        &server.name,
-        operation,
-        "no node served the slot after 5 tries (Cluster redirects, unreachable nodes)",
-    )
-}
-
-/// A background connection as one request's hop sees it: after an ASK
-/// redirect every command goes out as ASKING + command in one pipeline,
-/// so no other request on the multiplexed connection slips in between.
-/// A script invoked through it keeps redis-rs's NOSCRIPT fallback.
-pub(crate) struct Link {
-    conn: MultiplexedConnection,
-    asking: bool,
-}
-
-impl ConnectionLike for Link {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        if !self.asking {
-            return self.conn.req_packed_command(cmd);
-        }
-        Box::pin(async move {
-            let mut pipe = redis::pipe();
-            pipe.cmd("ASKING").ignore().add_command(cmd.clone());
-            let mut values = self.conn.req_packed_commands(&pipe, 1, 1).await?;
-            values.pop().ok_or_else(|| {
-                RedisError::from((ErrorKind::UnexpectedReturnType, "no reply after ASKING"))
-            })
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.conn.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.conn.get_db()
-    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::server::{server, Route, COMMAND_TIMEOUT};
+use super::route::Route;
+use super::server::{server, COMMAND_TIMEOUT};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;

@@ -7,8 +7,9 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use super::keys::Keys;
+use super::route::Route;
 use super::semaphore::{Hold, Semaphore, Shape};
-use super::server::{server, Route};
+use super::server::server;
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
 use crate::identity::uuid4;

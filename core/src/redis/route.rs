@@ -1,0 +1,296 @@
+//! The way to the node that serves one lock's keys: Cluster redirects
+//! followed, TRYAGAIN waited out, a failed-over node replaced, for
+//! callers' requests and for background refreshes alike.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{
+    Cmd, Connection, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind,
+    Value,
+};
+
+use super::failure::{Failure, OnSignal};
+use super::server::Server;
+use crate::error::{Error, Result};
+
+/// How many nodes one request may visit (redirects and the seed fallback).
+const MAX_HOPS: usize = 5;
+/// First pause before repeating a request a Cluster node asked to retry.
+const UNSETTLED_PAUSE: Duration = Duration::from_millis(20);
+
+/// The node that serves one lock's hash slot: the URL's server (the seed)
+/// until a Cluster node redirects us, then the node it named. All keys of a
+/// lock share one hash tag, so one node serves all of them, and this route
+/// is all the slot map a lock needs.
+///
+/// Why not redis-rs's cluster client: it would add dependencies (crc16,
+/// rand) to follow what is, for us, one slot per lock; and its connection
+/// resends a request on any I/O error (EINTR and read timeouts included),
+/// which a release must not do (see [`OnSignal::Report`]), and keeps its
+/// timeouts per connection rather than per call.
+pub(crate) struct Route {
+    seed: Arc<Server>,
+    current: Mutex<Arc<Server>>,
+}
+
+/// How far one request got: TRYAGAINs waited out, other nodes tried.
+#[derive(Default)]
+struct Progress {
+    unsettled: u32,
+    peers_tried: usize,
+}
+
+/// What one hop of a request came to, for the route to decide the next.
+enum Next {
+    /// Send it to this node (after ASKING if `asking`).
+    Hop(Arc<Server>, bool),
+    /// Send it to the same node again after a pause, unless that would
+    /// be too late: then end with the error.
+    Pause(Duration, Error),
+}
+
+impl Route {
+    pub(crate) fn new(server: Arc<Server>) -> Self {
+        Route {
+            current: Mutex::new(server.clone()),
+            seed: server,
+        }
+    }
+
+    pub(crate) fn server(&self) -> Arc<Server> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_current(&self, server: Arc<Server>) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = server;
+    }
+
+    /// Where to go after `server` failed with `failure`, or the error to
+    /// end the request with. `resendable`: the request may be sent again
+    /// after a failure in mid-request (it changes nothing the second time).
+    fn next(
+        &self,
+        server: &Arc<Server>,
+        failure: Failure,
+        resendable: bool,
+        progress: &mut Progress,
+    ) -> Result<Next> {
+        match failure {
+            Failure::Redirect(e) => {
+                let (addr, _slot) = e.redirect_node().expect("a redirect names its node");
+                let target = server.redirected(addr)?;
+                let asking = e.kind() == ErrorKind::Server(ServerErrorKind::Ask);
+                if !asking {
+                    self.set_current(target.clone());
+                }
+                Ok(Next::Hop(target, asking))
+            }
+            Failure::Unsettled(e) => {
+                progress.unsettled += 1;
+                Ok(Next::Pause(UNSETTLED_PAUSE * progress.unsettled.min(10), e))
+            }
+            // The seed itself is gone (it failed over): any other node of
+            // its Cluster knows who serves the slot now.
+            Failure::Unreachable(e) if Arc::ptr_eq(server, &self.seed) => {
+                self.other_node(progress).ok_or(e)
+            }
+            Failure::Broken(e) if Arc::ptr_eq(server, &self.seed) => match resendable {
+                true => self.other_node(progress).ok_or(e),
+                false => Err(e),
+            },
+            // The node may be gone for good (a master failed over): the
+            // seed knows who serves the slot now, for this request if it
+            // was never sent or can be sent again, for the next one anyway.
+            Failure::Unreachable(_) => {
+                self.forget(server);
+                Ok(Next::Hop(self.seed.clone(), false))
+            }
+            Failure::Broken(e) => {
+                self.forget(server);
+                match resendable {
+                    true => Ok(Next::Hop(self.seed.clone(), false)),
+                    false => Err(e),
+                }
+            }
+            Failure::Signal => unreachable!("handled by the caller"),
+            Failure::Fatal(e) => Err(e),
+        }
+    }
+
+    /// The next node of the seed's Cluster this request has not tried.
+    fn other_node(&self, progress: &mut Progress) -> Option<Next> {
+        let address = self.seed.peer(progress.peers_tried)?;
+        progress.peers_tried += 1;
+        let node = self.seed.redirected(&address).ok()?;
+        Some(Next::Hop(node, false))
+    }
+
+    /// Routes the next request via the seed, unless another one already
+    /// moved the route on from `server`.
+    fn forget(&self, server: &Arc<Server>) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::ptr_eq(&current, server) {
+            *current = self.seed.clone();
+        }
+    }
+
+    /// Runs `request`, following Cluster redirects; a signal that cuts it
+    /// short sends it again.
+    pub(crate) fn run<T>(
+        &self,
+        operation: &str,
+        read_timeout: Duration,
+        request: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T> {
+        let value = self.run_or_signal(operation, read_timeout, OnSignal::Repeat, request)?;
+        Ok(value.expect("repeated requests never end in a signal"))
+    }
+
+    /// Like [`Route::run`], but Ok(None) when a signal cut the request
+    /// short, for requests whose repetition could mislead (release) or that
+    /// should go back to checking the caller's interrupt first (a wait).
+    /// TRYAGAIN and CLUSTERDOWN are waited out for up to `read_timeout`.
+    pub(crate) fn run_or_signal<T>(
+        &self,
+        operation: &str,
+        read_timeout: Duration,
+        on_signal: OnSignal,
+        mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> Result<Option<T>> {
+        let give_up_at = Instant::now() + read_timeout;
+        let resendable = on_signal == OnSignal::Repeat;
+        let (mut server, mut asking) = (self.server(), false);
+        let (mut hops, mut progress) = (1, Progress::default());
+        loop {
+            let outcome = server.run(operation, read_timeout, on_signal, |conn| {
+                if asking {
+                    redis::cmd("ASKING").query::<()>(conn)?;
+                }
+                request(conn)
+            });
+            let failure = match outcome {
+                Ok(value) => {
+                    self.seed.learn_peers();
+                    return Ok(Some(value));
+                }
+                Err(Failure::Signal) => return Ok(None),
+                Err(failure) => failure,
+            };
+            match self.next(&server, failure, resendable, &mut progress)? {
+                Next::Hop(_, _) if hops == MAX_HOPS => {
+                    return Err(too_many_hops(&server, operation));
+                }
+                Next::Hop(target, ask) => {
+                    (server, asking, hops) = (target, ask, hops + 1);
+                }
+                Next::Pause(pause, e) => {
+                    if Instant::now() + pause >= give_up_at {
+                        return Err(e);
+                    }
+                    std::thread::sleep(pause);
+                }
+            }
+        }
+    }
+
+    /// The background counterpart of [`Route::run`] (refreshes, renewals):
+    /// runs `call` on the serving node's multiplexed connection, following
+    /// redirects and waiting out TRYAGAIN, all within `limit`. `call` must
+    /// be safe to repeat: a node that fails in mid-call is replaced by the
+    /// seed, and the call sent again.
+    pub(crate) async fn in_background<T, F>(
+        &self,
+        operation: &str,
+        limit: Duration,
+        call: impl Fn(Link) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+    {
+        let deadline = Instant::now() + limit;
+        let (mut server, mut asking) = (self.server(), false);
+        let (mut hops, mut progress) = (1, Progress::default());
+        loop {
+            let failure = match server
+                .in_background(operation, deadline, |conn| call(Link { conn, asking }))
+                .await
+            {
+                Ok(value) => {
+                    self.seed.learn_peers_in_background(deadline).await;
+                    return Ok(value);
+                }
+                Err(failure) => failure,
+            };
+            match self.next(&server, failure, true, &mut progress)? {
+                Next::Hop(_, _) if hops == MAX_HOPS => {
+                    return Err(too_many_hops(&server, operation));
+                }
+                // A future polled past its deadline still runs once: no
+                // hop may start late and send what the caller gave up on.
+                Next::Hop(_, _) if Instant::now() >= deadline => {
+                    return Err(Error::backend(&server.name, operation, "no answer in time"));
+                }
+                Next::Hop(target, ask) => {
+                    (server, asking, hops) = (target, ask, hops + 1);
+                }
+                Next::Pause(pause, e) => {
+                    if Instant::now() + pause >= deadline {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+}
+
+fn too_many_hops(server: &Server, operation: &str) -> Error {
+    Error::backend(
+        &server.name,
+        operation,
+        "no node served the slot after 5 tries (Cluster redirects, unreachable nodes)",
+    )
+}
+
+/// A background connection as one request's hop sees it: after an ASK
+/// redirect every command goes out as ASKING + command in one pipeline,
+/// so no other request on the multiplexed connection slips in between.
+/// A script invoked through it keeps redis-rs's NOSCRIPT fallback.
+pub(crate) struct Link {
+    conn: MultiplexedConnection,
+    asking: bool,
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        if !self.asking {
+            return self.conn.req_packed_command(cmd);
+        }
+        Box::pin(async move {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").ignore().add_command(cmd.clone());
+            let mut values = self.conn.req_packed_commands(&pipe, 1, 1).await?;
+            values.pop().ok_or_else(|| {
+                RedisError::from((ErrorKind::UnexpectedReturnType, "no reply after ASKING"))
+            })
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.conn.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}
