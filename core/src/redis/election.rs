@@ -7,11 +7,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::hold::Hold;
 use super::keys::Keys;
 use super::route::Route;
-use super::semaphore::{Hold, Semaphore, Shape};
+use super::semaphore::Semaphore;
 use super::server::{server, COMMAND_TIMEOUT};
 use super::session::{Binding, Session, SessionState};
+use super::slots::Shape;
 use crate::error::{Error, Result};
 use crate::holds::{Holds, ProcessHolds};
 use crate::identity::{random_hex, request_token};

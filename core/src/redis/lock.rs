@@ -3,11 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::hold::Hold;
 use super::keys::Keys;
 use super::route::Route;
-use super::semaphore::{Hold, Semaphore, Shape};
+use super::semaphore::Semaphore;
 use super::server::server;
 use super::session::{Binding, Session, SessionState};
+use super::slots::Shape;
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
 use crate::identity::{holder_identity, holder_number, random_hex, request_token};

@@ -4,6 +4,7 @@ mod admin;
 mod election;
 mod exclusive;
 mod failure;
+mod hold;
 mod keys;
 mod lock;
 mod route;
@@ -12,6 +13,7 @@ mod semaphore;
 mod server;
 mod session;
 pub(crate) mod settings;
+mod slots;
 mod wait_group;
 
 pub use admin::{force_release, inspect, HolderState, LockState};

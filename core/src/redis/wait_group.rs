@@ -6,10 +6,12 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use super::hold::Hold;
 use super::keys::Keys;
 use super::route::Route;
-use super::semaphore::{Hold, Semaphore, Shape};
+use super::semaphore::Semaphore;
 use super::server::server;
+use super::slots::Shape;
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
 use crate::identity::uuid4;

@@ -1,0 +1,228 @@
+//! A granted slot and what keeps it alive: a refresher task of its own,
+//! or the session it lives under, whose renewal refreshes it and whose
+//! health is its health.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::scripts::{prepare, SCRIPTS};
+use super::session::{Member, Membership};
+use super::slots::{Renewal, Slots, WAITER_LEASE};
+use crate::clock::Stamp;
+use crate::error::{Error, Result};
+use crate::health::Health;
+use crate::lease::Lease;
+use crate::runtime;
+
+/// The refresher id of the process that took a slot (see `refresh.lua`);
+/// a process that adopts a slot refreshes it under an id of its own.
+pub(crate) const TAKER: &str = "";
+
+/// One granted slot. Dropping it stops keeping it alive; the slot itself
+/// is given back by `Semaphore::release` or runs out by TTL.
+pub(crate) struct Hold {
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) health: Arc<Health>,
+    _keeper: Keeper,
+}
+
+impl Hold {
+    pub(crate) fn check_health(&self, what: &str) -> Result<()> {
+        self.health.check(what)
+    }
+
+    /// A granted slot, kept alive from now on by this process's refresher
+    /// `refresher` (or by the session it was taken under).
+    pub(crate) fn keep(
+        slots: &Arc<Slots>,
+        token: &str,
+        fence: u64,
+        valid_until: Stamp,
+        refresh_now: bool,
+        refresher: &str,
+    ) -> Result<Hold> {
+        let Some(binding) = &slots.binding else {
+            let health = Arc::new(Health::new(valid_until));
+            let refresher = runtime::spawn(refresh_loop(
+                slots.clone(),
+                token.to_owned(),
+                refresher.to_owned(),
+                health.clone(),
+                refresh_now,
+            ));
+            return Ok(Hold {
+                token: token.to_owned(),
+                fence,
+                health,
+                _keeper: Keeper::Refresher(refresher),
+            });
+        };
+        if refresh_now {
+            // A handed-over grant lasts only the handoff window; the
+            // session's next renewal may come too late for it.
+            take_up(slots, token, refresher, valid_until)?;
+        }
+        if let Err(lost) = binding.confirm() {
+            // Given back as a clean release: no lock_delay for a grant its
+            // session never used.
+            slots.release_as(token, true)?;
+            return Err(lost);
+        }
+        let member = Arc::new(SessionGrant {
+            slots: slots.clone(),
+            token: token.to_owned(),
+        });
+        Ok(Hold {
+            token: token.to_owned(),
+            fence,
+            health: binding.health(),
+            _keeper: Keeper::Session {
+                _membership: binding.join(member)?,
+            },
+        })
+    }
+}
+
+/// The first refresh of a slot handed over under a session, sent at once
+/// from the caller's thread: its tries, `max_refresh_fails` at most, all
+/// fit in the handoff window.
+fn take_up(s: &Slots, token: &str, refresher: &str, valid_until: Stamp) -> Result<()> {
+    let mut failures = 0;
+    let renewed: Vec<i64> = loop {
+        // No try can succeed after the handoff window: none may
+        // outlast it.
+        let window = valid_until.left().max(Duration::from_millis(100));
+        let outcome = s.route.run("refresh", window, |conn| {
+            prepare(&SCRIPTS.refresh, &s.keys, s.shape.limit())
+                .arg(token)
+                .arg(s.lease.ttl_ms())
+                .arg(refresher)
+                .invoke(conn)
+        });
+        match outcome {
+            Err(e) => {
+                failures += 1;
+                if failures >= s.lease.max_refresh_fails || valid_until.has_passed() {
+                    return Err(e);
+                }
+                std::thread::sleep(first_refresh_retry(&s.lease));
+            }
+            Ok(renewed) => break renewed,
+        }
+    };
+    if renewed.first() != Some(&1) {
+        return Err(Error::LockUnhealthy {
+            what: s.what.clone(),
+            reason: "the handed-over grant ran out before it could be taken up".into(),
+        });
+    }
+    Ok(())
+}
+
+/// What keeps a grant alive: its own refresher, or the session it lives
+/// under (whose renewal refreshes it and whose health is its health).
+enum Keeper {
+    Refresher(JoinHandle<()>),
+    Session { _membership: Membership },
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        if let Keeper::Refresher(refresher) = self {
+            refresher.abort();
+        }
+    }
+}
+
+/// A grant kept alive by a session's renewal loop.
+struct SessionGrant {
+    slots: Arc<Slots>,
+    token: String,
+}
+
+impl Member for SessionGrant {
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<bool>> + Send + '_>> {
+        Box::pin(
+            async move { Ok(self.slots.refresh(&self.token, TAKER).await? == Renewal::Extended) },
+        )
+    }
+
+    fn release(&self) -> Result<bool> {
+        self.slots.release_as(&self.token, true)
+    }
+}
+
+/// Keeps one slot alive until aborted. A refresh that finds the slot gone
+/// marks it lost at once; transient failures only after
+/// `max_refresh_fails` in a row.
+async fn refresh_loop(
+    slots: Arc<Slots>,
+    token: String,
+    refresher: String,
+    health: Arc<Health>,
+    mut due_now: bool,
+) {
+    let lease = &slots.lease;
+    let mut failures = 0;
+    // A handed-over grant lasts only the handoff window until its first
+    // refresh: retries of that one come quickly enough to fit them all in.
+    let mut taken_up = !due_now;
+    loop {
+        if !due_now {
+            let pause = if taken_up {
+                lease.refresh_every
+            } else {
+                first_refresh_retry(lease)
+            };
+            tokio::time::sleep(pause).await;
+        }
+        due_now = false;
+        let sent = Stamp::now();
+        let outcome = slots.refresh(&token, &refresher).await;
+        match outcome {
+            Ok(Renewal::Extended) => {
+                taken_up = true;
+                failures = 0;
+                health.extend(sent + lease.ttl);
+            }
+            Ok(Renewal::Adopted) => {
+                // Not lost: kept alive elsewhere now, and no longer ours.
+                log::debug!("a slot of {} was adopted by another process", slots.what);
+                health.mark_lost("the slot was adopted by another process");
+                return;
+            }
+            Ok(Renewal::Lost) => {
+                let reason =
+                    "the lease ran out or the slot was taken over before it could be refreshed";
+                log::warn!("{} lost: {reason}", slots.what);
+                health.mark_lost(reason);
+                return;
+            }
+            Err(e) => {
+                failures += 1;
+                log::warn!(
+                    "refreshing {} failed ({failures}/{}): {e}",
+                    slots.what,
+                    lease.max_refresh_fails
+                );
+                if failures >= lease.max_refresh_fails {
+                    health.mark_lost(format!(
+                        "{failures} refreshes in a row failed, the last with: {e}"
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The pause between tries of a handed-over grant's first refresh: every
+/// one of `max_refresh_fails` tries fits in the handoff window.
+fn first_refresh_retry(lease: &Lease) -> Duration {
+    WAITER_LEASE / (lease.max_refresh_fails + 1)
+}

@@ -1,0 +1,203 @@
+//! One name's slots as a semaphore and the keepers of its grants share
+//! them: where they live (route and keys), what the name is used as, how
+//! long a grant lasts and the session it is bound to; and the requests on
+//! one slot that take a single script call each.
+
+use std::time::Duration;
+
+use super::failure::OnSignal;
+use super::keys::Keys;
+use super::route::Route;
+use super::scripts::{prepare, SCRIPTS};
+use super::server::COMMAND_TIMEOUT;
+use super::session::Binding;
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+
+/// A queued waiter stays eligible this long after its last renewal; a
+/// crashed waiter stops being handed slots after at most this much. It is
+/// also the handoff window: a slot handed to a waiter lasts this long
+/// until its first refresh.
+pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(2);
+
+/// What a name is used as. Clients must agree while anyone holds or waits
+/// for it: the server records it with the first holder or waiter (`shape`
+/// in the prelude) and refuses the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// A lock, an election, an exclusive task: one holder at a time.
+    Lock,
+    /// A WaitGroup with this many slots.
+    WaitGroup(u32),
+}
+
+impl Shape {
+    pub(crate) fn limit(self) -> u32 {
+        match self {
+            Shape::Lock => 1,
+            Shape::WaitGroup(limit) => limit,
+        }
+    }
+
+    /// As the scripts record it: 1 for a lock, 2 for a WaitGroup.
+    pub(crate) fn kind(self) -> u8 {
+        match self {
+            Shape::Lock => 1,
+            Shape::WaitGroup(_) => 2,
+        }
+    }
+
+    fn recorded(kind: i64, limit: i64) -> Shape {
+        match kind {
+            1 => Shape::Lock,
+            _ => Shape::WaitGroup(u32::try_from(limit).unwrap_or(u32::MAX)),
+        }
+    }
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shape::Lock => write!(f, "a lock"),
+            Shape::WaitGroup(limit) => write!(f, "a WaitGroup with limit {limit}"),
+        }
+    }
+}
+
+/// One name's slots as a semaphore and the keepers of its grants see them.
+pub(crate) struct Slots {
+    pub(crate) route: Route,
+    pub(crate) keys: Keys,
+    pub(crate) shape: Shape,
+    pub(crate) lease: Lease,
+    /// "lock \"deploy\"", for messages.
+    pub(crate) what: String,
+    /// The session whose lease the grants share, if any.
+    pub(crate) binding: Option<Binding>,
+}
+
+/// What [`Slots::holder`] saw, in one atomic read.
+pub(crate) struct HolderState {
+    pub(crate) held: bool,
+    /// The holder's value; when nobody holds the name, the value a
+    /// "release" session left behind. None when empty.
+    pub(crate) value: Option<String>,
+    pub(crate) fence: u64,
+    /// Id of the last recorded election term ("0-0" if none).
+    pub(crate) last_term: String,
+}
+
+/// What one refresh found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    Extended,
+    /// Expired or freed: whatever the slot protected may be touched by others.
+    Lost,
+    /// Another process adopted the slot; its refresher keeps it alive.
+    Adopted,
+}
+
+impl Slots {
+    /// Takes `token` out of the queue, and gives back a slot handed to it
+    /// meanwhile.
+    pub(crate) fn cancel(&self, token: &str) -> Result<()> {
+        self.route.run("cancel", COMMAND_TIMEOUT, |conn| {
+            prepare(&SCRIPTS.cancel, &self.keys, self.shape.limit())
+                .arg(token)
+                .invoke::<i64>(conn)
+        })?;
+        Ok(())
+    }
+
+    /// Releases `token`. Its answer cannot simply be repeated: a release cut
+    /// short by a signal may have taken effect, and a second one would then
+    /// report the slot as lost. So the server is asked whether it still has
+    /// the slot; if not, this release freed it when it `was_live` before.
+    pub(crate) fn release_as(&self, token: &str, was_live: bool) -> Result<bool> {
+        loop {
+            let released =
+                self.route
+                    .run_or_signal("release", COMMAND_TIMEOUT, OnSignal::Report, |conn| {
+                        prepare(&SCRIPTS.release, &self.keys, self.shape.limit())
+                            .arg(token)
+                            .invoke::<i64>(conn)
+                    })?;
+            match released {
+                Some(released) => return Ok(released == 1),
+                None if !self.inspect(Some(token))?.1 => return Ok(was_live),
+                None => continue,
+            }
+        }
+    }
+
+    /// Live holders, and whether `token` (if given) is one of them.
+    pub(crate) fn inspect(&self, token: Option<&str>) -> Result<(u32, bool)> {
+        let reply: Vec<i64> = self.route.run("inspect", COMMAND_TIMEOUT, |conn| {
+            prepare(&SCRIPTS.inspect, &self.keys, self.shape.limit())
+                .arg(token.unwrap_or(""))
+                .invoke(conn)
+        })?;
+        match reply[..] {
+            [count, mine] => Ok((count as u32, mine == 1)),
+            _ => Err(self.protocol_error("inspect")),
+        }
+    }
+
+    /// Who holds the name now (and the last election term recorded).
+    pub(crate) fn holder(&self) -> Result<HolderState> {
+        let (held, value, fence, last_term): (i64, String, u64, String) =
+            self.route.run("holder", COMMAND_TIMEOUT, |conn| {
+                prepare(&SCRIPTS.holder, &self.keys, self.shape.limit()).invoke(conn)
+            })?;
+        Ok(HolderState {
+            held: held == 1,
+            value: (!value.is_empty()).then_some(value),
+            fence,
+            last_term,
+        })
+    }
+
+    /// One refresh of `token`'s lease by the shared TTL, by `refresher`. It
+    /// follows the slot wherever the Cluster moved it; a failed connection is
+    /// dropped so the next try reconnects.
+    pub(crate) async fn refresh(&self, token: &str, refresher: &str) -> Result<Renewal> {
+        let renewed: Vec<i64> = self
+            .route
+            .in_background(
+                "refresh",
+                self.lease.background_timeout(),
+                |mut conn| async move {
+                    prepare(&SCRIPTS.refresh, &self.keys, self.shape.limit())
+                        .arg(token)
+                        .arg(self.lease.ttl_ms())
+                        .arg(refresher)
+                        .invoke_async(&mut conn)
+                        .await
+                },
+            )
+            .await?;
+        Ok(match renewed.first() {
+            Some(1) => Renewal::Extended,
+            Some(2) => Renewal::Adopted,
+            _ => Renewal::Lost,
+        })
+    }
+
+    /// The name is recorded as `kind` with `limit`, not what this client is.
+    pub(crate) fn shape_mismatch(&self, kind: i64, limit: i64) -> Error {
+        Error::config(format!(
+            "{} is used as {} by other clients; this one asks for {}",
+            self.what,
+            Shape::recorded(kind, limit),
+            self.shape
+        ))
+    }
+
+    pub(crate) fn protocol_error(&self, operation: &str) -> Error {
+        Error::backend(
+            &self.route.server().name,
+            operation,
+            "unexpected reply from the script",
+        )
+    }
+}
