@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use super::keepalive::{Member, Membership};
 use super::scripts::{prepare, SCRIPTS};
-use super::session::{Member, Membership};
 use super::slots::{Renewal, Slots, WAITER_LEASE};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};

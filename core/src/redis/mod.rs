@@ -5,6 +5,7 @@ mod election;
 mod exclusive;
 mod failure;
 mod hold;
+mod keepalive;
 mod keys;
 mod lock;
 mod route;

@@ -17,20 +17,17 @@
 //! without `destroy()` leaves its grants until ttl + lock_delay, then the
 //! same.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use super::keepalive::{KeepAlive, Member, Membership};
 use super::route::Route;
-use super::server::{server, COMMAND_TIMEOUT};
-use crate::clock::Stamp;
+use super::server::server;
 use crate::error::{Error, Result};
 use crate::health::Health;
-use crate::holds::{Holds, ProcessHolds};
 use crate::identity::random_hex;
 use crate::lease::Lease;
 use crate::limits;
@@ -61,19 +58,6 @@ impl std::str::FromStr for Behavior {
             ))),
         }
     }
-}
-
-/// A grant living under a session, as the session sees it. Declared here
-/// and implemented by the semaphore, so the session needs to know nothing
-/// else of how grants are taken.
-pub(crate) trait Member: Send + Sync {
-    /// Extends the grant by the session's TTL; Ok(false) if it was lost.
-    /// Boxed to be callable through `dyn`: once per grant and renewal,
-    /// which is every ttl/2, not a hot path.
-    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<bool>> + Send + '_>>;
-
-    /// Gives the grant back (a clean release: no lock_delay).
-    fn release(&self) -> Result<bool>;
 }
 
 /// A lease that locks and elections live under; see the module docs.
@@ -150,32 +134,18 @@ impl SessionBuilder {
         let lease = Lease::new(self.ttl, Some(self.ttl / 2), 1)?;
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let id = random_hex(16);
-        let key = format!("lockyard:session:{{{id}}}");
-        let sent = Stamp::now();
-        route.run("create session", COMMAND_TIMEOUT, |conn| {
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(format!("{} {:?}", std::process::id(), self.behavior))
-                .arg("NX")
-                .arg("PX")
-                .arg(lease.ttl_ms())
-                .query::<()>(conn)
-        })?;
+        let value = format!("{} {:?}", std::process::id(), self.behavior);
+        let keep_alive = Arc::new(KeepAlive::create(&id, route, lease, value)?);
         let state = Arc::new(SessionState {
             id,
-            key,
-            route,
-            lease,
+            keep_alive: keep_alive.clone(),
             behavior: self.behavior,
             lock_delay: self.lock_delay,
-            health: Arc::new(Health::new(sent + self.ttl)),
-            members: Holds::new(),
-            next_member: AtomicU64::new(0),
             destroyed: AtomicBool::new(false),
             pid: std::process::id(),
             renewer: Mutex::new(None),
         });
-        let renewer = runtime::spawn(renew_loop(state.clone()));
+        let renewer = runtime::spawn(keep_alive.run());
         *state.renewer.lock().unwrap_or_else(|e| e.into_inner()) = Some(renewer);
         Ok(Session { state })
     }
@@ -200,7 +170,7 @@ impl Session {
 
     /// See [`SessionBuilder::ttl`].
     pub fn ttl(&self) -> Duration {
-        self.state.lease.ttl
+        self.state.lease().ttl
     }
 
     /// See [`SessionBuilder::behavior`].
@@ -217,7 +187,7 @@ impl Session {
     /// not destroyed, not lost, renewed within its TTL. Reads a flag and
     /// the clock; never touches Redis.
     pub fn healthy(&self) -> bool {
-        self.state.health.is_healthy()
+        self.state.health().is_healthy()
     }
 
     /// # Errors
@@ -258,16 +228,9 @@ impl Drop for Session {
 
 pub(crate) struct SessionState {
     id: String,
-    key: String,
-    route: Route,
-    lease: Lease,
+    keep_alive: Arc<KeepAlive>,
     behavior: Behavior,
     lock_delay: Duration,
-    health: Arc<Health>,
-    /// Grants held under the session, kept alive by its renewal; a forked
-    /// child's are its own, not its parent's.
-    members: Holds<u64, Arc<dyn Member>>,
-    next_member: AtomicU64,
     destroyed: AtomicBool,
     pid: u32,
     renewer: Mutex<Option<JoinHandle<()>>>,
@@ -275,7 +238,11 @@ pub(crate) struct SessionState {
 
 impl SessionState {
     pub(crate) fn lease(&self) -> &Lease {
-        &self.lease
+        self.keep_alive.lease()
+    }
+
+    fn health(&self) -> &Arc<Health> {
+        self.keep_alive.health()
     }
 
     pub(crate) fn id(&self) -> &str {
@@ -302,17 +269,13 @@ impl SessionState {
     }
 
     fn check_health(&self) -> Result<()> {
-        match self.health.problem() {
+        match self.health().problem() {
             None => Ok(()),
             Some(reason) => Err(Error::LockUnhealthy {
                 what: self.what(),
                 reason,
             }),
         }
-    }
-
-    fn members(&self) -> ProcessHolds<'_, u64, Arc<dyn Member>> {
-        self.members.get()
     }
 
     fn destroy(&self) -> Result<()> {
@@ -332,36 +295,15 @@ impl SessionState {
                 renewer.abort();
             }
         }
-        self.health.mark_lost("the session was destroyed");
-        let mut first_error = None;
-        for member in self.members.drain() {
-            if let Err(e) = member.release() {
-                first_error.get_or_insert(e);
-            }
-        }
+        self.health().mark_lost("the session was destroyed");
+        let released = self.keep_alive.release_all();
         if !creator {
-            return first_error.map_or(Ok(()), Err);
+            return released;
         }
-        let deleted = self.route.run("destroy session", COMMAND_TIMEOUT, |conn| {
-            redis::cmd("DEL").arg(&self.key).query::<()>(conn)
-        });
-        match first_error {
-            Some(e) => Err(e),
-            None => deleted,
-        }
-    }
-}
-
-/// A grant's tie to the session it lives under; the grant leaves the
-/// session's renewal when this is dropped.
-pub(crate) struct Membership {
-    state: Arc<SessionState>,
-    id: u64,
-}
-
-impl Drop for Membership {
-    fn drop(&mut self) {
-        self.state.members().remove(&self.id);
+        // The key goes even when a release failed; that failure is the one
+        // reported, as the one that leaves a lock behind.
+        let deleted = self.keep_alive.delete();
+        released.and(deleted)
     }
 }
 
@@ -391,7 +333,7 @@ impl Binding {
     }
 
     pub(crate) fn health(&self) -> Arc<Health> {
-        self.state.health.clone()
+        self.state.health().clone()
     }
 
     /// Ok while the session may still take grants: a wait re-checks this,
@@ -407,30 +349,15 @@ impl Binding {
     /// by nobody and close the name for its ttl and lock_delay. A missing
     /// key loses the session at once.
     pub(crate) fn confirm(&self) -> Result<()> {
-        let state = &self.state;
-        let exists: bool = state
-            .route
-            .run("confirm session", COMMAND_TIMEOUT, |conn| {
-                redis::cmd("EXISTS").arg(&state.key).query(conn)
-            })?;
-        if !exists {
-            state
-                .health
-                .mark_lost("the session's key is gone (it ran out, or Redis restarted)");
-        }
-        state.check_health()
+        self.state.keep_alive.confirm()?;
+        self.state.check_health()
     }
 
     /// Puts a new grant under the session's renewal. A grant that raced
     /// with [`Session::destroy`] (granted after destroy drained the
     /// session) is given back here instead of outliving the session.
     pub(crate) fn join(&self, member: Arc<dyn Member>) -> Result<Membership> {
-        let id = self.state.next_member.fetch_add(1, Ordering::Relaxed);
-        self.state.members().insert(id, member.clone());
-        let membership = Membership {
-            state: self.state.clone(),
-            id,
-        };
+        let membership = self.state.keep_alive.join(member.clone());
         if self.state.destroyed.load(Ordering::Acquire) {
             drop(membership);
             member.release()?;
@@ -441,78 +368,4 @@ impl Binding {
         }
         Ok(membership)
     }
-}
-
-/// Renews the session key and every grant under it every ttl/2. A grant
-/// or the key found gone loses the session (and its locks) at once; after
-/// a transient failure it retries every ttl/10 until the lease it still
-/// surely has runs out.
-async fn renew_loop(state: Arc<SessionState>) {
-    let ttl = state.lease.ttl;
-    let mut failures = 0u32;
-    loop {
-        tokio::time::sleep(if failures == 0 { ttl / 2 } else { ttl / 10 }).await;
-        let sent = Stamp::now();
-        match renew_once(&state).await {
-            Ok(None) => {
-                failures = 0;
-                state.health.extend(sent + ttl);
-            }
-            Ok(Some(reason)) => {
-                log::warn!("{} lost: {reason}", state.what());
-                state.health.mark_lost(reason);
-                return;
-            }
-            Err(e) => {
-                failures += 1;
-                log::warn!(
-                    "renewing {} failed ({failures} in a row): {e}",
-                    state.what()
-                );
-                if !state.health.is_healthy() {
-                    state.health.mark_lost(format!(
-                        "its lease ran out while renewals failed, the last with: {e}"
-                    ));
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// Ok(Some(reason)) when the session turned out lost.
-async fn renew_once(state: &SessionState) -> Result<Option<String>> {
-    let renewed: i64 = state
-        .route
-        .in_background(
-            "renew session",
-            state.lease.background_timeout(),
-            |mut conn| async move {
-                redis::cmd("PEXPIRE")
-                    .arg(&state.key)
-                    .arg(state.lease.ttl_ms())
-                    .query_async(&mut conn)
-                    .await
-            },
-        )
-        .await?;
-    if renewed == 0 {
-        return Ok(Some(
-            "the session ran out before it could be renewed (paused or partitioned?)".into(),
-        ));
-    }
-    let members: Vec<(u64, Arc<dyn Member>)> = state
-        .members()
-        .iter()
-        .map(|(id, m)| (*id, m.clone()))
-        .collect();
-    for (id, member) in members {
-        // A grant released meanwhile is gone for a good reason.
-        if !member.refresh().await? && state.members().contains_key(&id) {
-            return Ok(Some(
-                "a lock under it ran out or was taken over before it could be refreshed".into(),
-            ));
-        }
-    }
-    Ok(None)
 }

@@ -1,0 +1,205 @@
+//! A session's keep-alive: its key in Redis, renewed every ttl/2 together
+//! with every grant living under the session, and what the session needs
+//! of such a grant ([`Member`]). The semaphore's holds implement `Member`;
+//! nothing here knows how a grant was taken.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::route::Route;
+use super::server::COMMAND_TIMEOUT;
+use crate::clock::Stamp;
+use crate::error::Result;
+use crate::health::Health;
+use crate::holds::{Holds, ProcessHolds};
+use crate::lease::Lease;
+
+/// A grant living under a session, as the session sees it.
+pub(crate) trait Member: Send + Sync {
+    /// Extends the grant by the session's TTL; Ok(false) if it was lost.
+    /// Boxed to be callable through `dyn`: once per grant and renewal,
+    /// which is every ttl/2, not a hot path.
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<bool>> + Send + '_>>;
+
+    /// Gives the grant back (a clean release: no lock_delay).
+    fn release(&self) -> Result<bool>;
+}
+
+/// The session's key and the grants its renewal keeps alive.
+pub(crate) struct KeepAlive {
+    /// "session <id>", for messages.
+    what: String,
+    key: String,
+    route: Route,
+    lease: Lease,
+    health: Arc<Health>,
+    /// Grants held under the session, kept alive by its renewal; a forked
+    /// child's are its own, not its parent's.
+    members: Holds<u64, Arc<dyn Member>>,
+    next_member: AtomicU64,
+}
+
+impl KeepAlive {
+    /// Creates the key of session `id` in Redis, holding `value`, for the
+    /// lease's TTL. Healthy until then; [`KeepAlive::run`] renews it.
+    pub(crate) fn create(id: &str, route: Route, lease: Lease, value: String) -> Result<KeepAlive> {
+        let key = format!("lockyard:session:{{{id}}}");
+        let sent = Stamp::now();
+        route.run("create session", COMMAND_TIMEOUT, |conn| {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(&value)
+                .arg("NX")
+                .arg("PX")
+                .arg(lease.ttl_ms())
+                .query::<()>(conn)
+        })?;
+        Ok(KeepAlive {
+            what: format!("session {id}"),
+            key,
+            route,
+            health: Arc::new(Health::new(sent + lease.ttl)),
+            lease,
+            members: Holds::new(),
+            next_member: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    pub(crate) fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
+    fn members(&self) -> ProcessHolds<'_, u64, Arc<dyn Member>> {
+        self.members.get()
+    }
+
+    /// Puts `member` under the renewal until the returned tie is dropped.
+    pub(crate) fn join(self: &Arc<Self>, member: Arc<dyn Member>) -> Membership {
+        let id = self.next_member.fetch_add(1, Ordering::Relaxed);
+        self.members().insert(id, member);
+        Membership {
+            keep_alive: self.clone(),
+            id,
+        }
+    }
+
+    /// Gives back every grant under the session (this process's); the
+    /// first error, after trying them all.
+    pub(crate) fn release_all(&self) -> Result<()> {
+        let mut first_error = None;
+        for member in self.members.drain() {
+            if let Err(e) = member.release() {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Whether the key is still in Redis; a missing key loses the session.
+    pub(crate) fn confirm(&self) -> Result<()> {
+        let exists: bool = self.route.run("confirm session", COMMAND_TIMEOUT, |conn| {
+            redis::cmd("EXISTS").arg(&self.key).query(conn)
+        })?;
+        if !exists {
+            self.health
+                .mark_lost("the session's key is gone (it ran out, or Redis restarted)");
+        }
+        Ok(())
+    }
+
+    pub(crate) fn delete(&self) -> Result<()> {
+        self.route.run("destroy session", COMMAND_TIMEOUT, |conn| {
+            redis::cmd("DEL").arg(&self.key).query::<()>(conn)
+        })
+    }
+
+    /// Renews the session key and every grant under it every ttl/2. A grant
+    /// or the key found gone loses the session (and its locks) at once;
+    /// after a transient failure it retries every ttl/10 until the lease it
+    /// still surely has runs out.
+    pub(crate) async fn run(self: Arc<Self>) {
+        let ttl = self.lease.ttl;
+        let mut failures = 0u32;
+        loop {
+            tokio::time::sleep(if failures == 0 { ttl / 2 } else { ttl / 10 }).await;
+            let sent = Stamp::now();
+            match self.renew_once().await {
+                Ok(None) => {
+                    failures = 0;
+                    self.health.extend(sent + ttl);
+                }
+                Ok(Some(reason)) => {
+                    log::warn!("{} lost: {reason}", self.what);
+                    self.health.mark_lost(reason);
+                    return;
+                }
+                Err(e) => {
+                    failures += 1;
+                    log::warn!("renewing {} failed ({failures} in a row): {e}", self.what);
+                    if !self.health.is_healthy() {
+                        self.health.mark_lost(format!(
+                            "its lease ran out while renewals failed, the last with: {e}"
+                        ));
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ok(Some(reason)) when the session turned out lost.
+    async fn renew_once(&self) -> Result<Option<String>> {
+        let renewed: i64 = self
+            .route
+            .in_background(
+                "renew session",
+                self.lease.background_timeout(),
+                |mut conn| async move {
+                    redis::cmd("PEXPIRE")
+                        .arg(&self.key)
+                        .arg(self.lease.ttl_ms())
+                        .query_async(&mut conn)
+                        .await
+                },
+            )
+            .await?;
+        if renewed == 0 {
+            return Ok(Some(
+                "the session ran out before it could be renewed (paused or partitioned?)".into(),
+            ));
+        }
+        let members: Vec<(u64, Arc<dyn Member>)> = self
+            .members()
+            .iter()
+            .map(|(id, m)| (*id, m.clone()))
+            .collect();
+        for (id, member) in members {
+            // A grant released meanwhile is gone for a good reason.
+            if !member.refresh().await? && self.members().contains_key(&id) {
+                return Ok(Some(
+                    "a lock under it ran out or was taken over before it could be refreshed".into(),
+                ));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A grant's tie to the session it lives under; the grant leaves the
+/// session's renewal when this is dropped.
+pub(crate) struct Membership {
+    keep_alive: Arc<KeepAlive>,
+    id: u64,
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.keep_alive.members().remove(&self.id);
+    }
+}
