@@ -2,7 +2,7 @@
 //! distributed-lock-google-cloud-storage, with its known flaws fixed.
 //!
 //! - `lock.rs`: the public [`Lock`]; `options.rs`: its options;
-//! - `holder.rs`: the algorithm, against any [`Store`]; `refresh.rs`: keeping
+//! - `engine.rs`: the algorithm, against any [`Store`]; `refresh.rs`: keeping
 //!   a hold alive; `retry.rs`: asking until a deadline; `clock.rs`: the
 //!   server's clock;
 //! - `client.rs`: the JSON API over HTTPS; `auth.rs`: endpoint and credentials;
@@ -15,7 +15,7 @@ mod auth;
 mod backoff;
 mod client;
 mod clock;
-mod holder;
+mod engine;
 mod lock;
 mod options;
 mod refresh;
@@ -23,7 +23,7 @@ mod retry;
 mod store;
 
 pub use admin::ObjectState;
-pub use holder::LogSink;
+pub use engine::LogSink;
 pub use lock::{Lock, LockGuard};
 pub use options::LockBuilder;
 pub use store::{LockObject, Metadata, Reply, Store, StoreError, StoreFuture, Version};

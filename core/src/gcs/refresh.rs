@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::holder::Holder;
+use super::engine::Engine;
 use super::retry::RETRY_FIRST_WAIT;
 use super::store::{LockObject, Metadata, Reply, StoreError, Version};
 use crate::clock::Stamp;
@@ -21,12 +21,12 @@ const DELETED: &str = "the lock object has been unexpectedly deleted";
 /// `max_refresh_fails` of them in a row make the hold unhealthy meanwhile;
 /// a refresh that lands afterwards proves it was kept and heals it.
 pub(crate) async fn refresh_loop(
-    holder: Arc<Holder>,
+    engine: Arc<Engine>,
     identity: String,
     version: Arc<tokio::sync::Mutex<Version>>,
     health: Arc<Health>,
 ) {
-    let lease = &holder.lease;
+    let lease = &engine.lease;
     let mut failures = 0;
     let mut wait = lease.refresh_every;
     loop {
@@ -34,17 +34,17 @@ pub(crate) async fn refresh_loop(
         // Held only for the requests, so stopping the hold never waits out
         // the pauses between retries.
         let mut current = version.lock().await;
-        holder.log(log::Level::Info, || "Refreshing lock".into());
+        engine.log(log::Level::Info, || "Refreshing lock".into());
         let sent = Stamp::now();
-        match write_if_ours(&holder, &identity, *current).await {
+        match write_if_ours(&engine, &identity, *current).await {
             Ok(reply) => {
                 *current = reply.value.version;
                 failures = 0;
                 wait = lease.refresh_every;
                 let written = reply.value.expires_at.unwrap_or(0.0);
-                health.extend(holder.deadline(written, sent));
+                health.extend(engine.deadline(written, sent));
                 health.set_failing(None);
-                holder.log(log::Level::Debug, || {
+                engine.log(log::Level::Debug, || {
                     format!(
                         "Done refreshing lock. metageneration={}",
                         current.metageneration
@@ -56,8 +56,8 @@ pub(crate) async fn refresh_loop(
                     StoreError::NotFound => DELETED,
                     _ => TAKEN_OVER,
                 };
-                holder.record_refresh_error(reason);
-                holder.log(log::Level::Error, || {
+                engine.record_refresh_error(reason);
+                engine.log(log::Level::Error, || {
                     "Lock refresh failed permanently. Declaring lock as unhealthy".into()
                 });
                 health.mark_lost(reason);
@@ -65,9 +65,9 @@ pub(crate) async fn refresh_loop(
             }
             Err(failure) => {
                 failures += 1;
-                holder.record_refresh_error(&failure.to_string());
+                engine.record_refresh_error(&failure.to_string());
                 if health.valid_until().has_passed() {
-                    holder.log(log::Level::Error, || {
+                    engine.log(log::Level::Error, || {
                         format!("Lock refresh failed {failures} times, until its lease ran out. Declaring lock as unhealthy")
                     });
                     health.mark_lost(format!(
@@ -76,7 +76,7 @@ pub(crate) async fn refresh_loop(
                     return;
                 }
                 if failures >= lease.max_refresh_fails {
-                    holder.log(log::Level::Error, || {
+                    engine.log(log::Level::Error, || {
                         format!("Lock refresh failed {failures} times in succession. Declaring lock as unhealthy until one succeeds")
                     });
                     health.set_failing(Some(format!(
@@ -99,18 +99,18 @@ pub(crate) async fn refresh_loop(
 /// Err(NotFound): the object is gone; other errors: the server could not be
 /// asked, and nothing is known.
 pub(crate) async fn write_if_ours(
-    holder: &Holder,
+    engine: &Engine,
     identity: &str,
     expected: Version,
 ) -> Result<Reply<LockObject>, StoreError> {
-    let metadata = holder.metadata(identity);
-    let written = ask(holder, holder.store.update(expected, metadata.clone())).await;
+    let metadata = engine.metadata(identity);
+    let written = ask(engine, engine.store.update(expected, metadata.clone())).await;
     if !matches!(written, Err(StoreError::PreconditionFailed)) {
         return with_expiry(written, &metadata);
     }
     // A 412 proves only that the metageneration moved: an earlier write of
     // ours may have landed without its reply. Only a read tells.
-    let read = ask(holder, holder.store.get()).await?;
+    let read = ask(engine, engine.store.get()).await?;
     match read.value {
         None => Err(StoreError::NotFound),
         Some(object)
@@ -118,8 +118,8 @@ pub(crate) async fn write_if_ours(
                 && object.identity.as_deref() == Some(identity) =>
         {
             let written = ask(
-                holder,
-                holder.store.update(object.version, metadata.clone()),
+                engine,
+                engine.store.update(object.version, metadata.clone()),
             )
             .await;
             match with_expiry(written, &metadata) {
@@ -136,13 +136,13 @@ pub(crate) async fn write_if_ours(
 
 /// One request with the request timeout; a dated reply teaches the clock.
 async fn ask<T>(
-    holder: &Holder,
+    engine: &Engine,
     request: impl Future<Output = Result<Reply<T>, StoreError>>,
 ) -> Result<Reply<T>, StoreError> {
     let sent = Stamp::now();
-    let outcome = with_timeout(holder.request_timeout, request).await;
+    let outcome = with_timeout(engine.request_timeout, request).await;
     if let Ok(reply) = &outcome {
-        holder.clock.observe(sent, Stamp::now(), reply.server_time);
+        engine.clock.observe(sent, Stamp::now(), reply.server_time);
     }
     outcome
 }

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use super::holder::Holder;
+use super::engine::Engine;
 use super::refresh::with_timeout;
 use super::store::{Reply, StoreError};
 use crate::clock::Stamp;
@@ -32,7 +32,7 @@ pub(crate) struct Answer<T> {
     pub(crate) retried: bool,
 }
 
-impl Holder {
+impl Engine {
     /// Runs a store operation from the caller's thread (the runtime
     /// thread drives its I/O), with the request timeout. Transient failures
     /// are retried with backoff until `until` (None: for ever), never a

@@ -33,7 +33,7 @@ const LEFTOVER_CLEANUP: Duration = Duration::from_secs(5);
 /// Immediate retries (object vanished, stale object removed) before a wait.
 const IMMEDIATE_RETRIES: u32 = 3;
 
-pub(crate) struct Holder {
+pub(crate) struct Engine {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) lease: Lease,
     pub(crate) backoff: Backoff,
@@ -94,7 +94,7 @@ struct Attempt<'a> {
     create_in_doubt: bool,
 }
 
-impl Holder {
+impl Engine {
     pub(crate) fn log(&self, level: log::Level, message: impl FnOnce() -> String) {
         (self.log)(level, &message());
     }
