@@ -12,9 +12,8 @@ use tokio::task::JoinHandle;
 
 use super::backoff::Backoff;
 use super::clock::ServerClock;
-use super::refresh::{refresh_loop, write_if_ours};
-use super::retry::{sleep_interruptibly, SHORTEST_RETRY};
-use super::store::{Metadata, Reply, Store, StoreError, Version};
+use super::requests::{sleep_interruptibly, Requests, RETRY_FIRST_WAIT, SHORTEST_RETRY};
+use super::store::{LockObject, Metadata, Reply, Store, StoreError, Version};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -106,8 +105,15 @@ impl Engine {
         }
     }
 
-    pub(crate) fn backend(&self, operation: &str, message: String) -> Error {
-        Error::backend(&self.store.describe(), operation, message)
+    /// The store as this lock asks it.
+    pub(crate) fn requests(&self) -> Requests<'_> {
+        Requests {
+            store: &*self.store,
+            clock: &self.clock,
+            timeout: self.request_timeout,
+            what: &self.what,
+            log: &*self.log,
+        }
     }
 
     /// Waits up to `timeout` (None: forever; zero: one attempt, which may
@@ -192,6 +198,7 @@ impl Engine {
 
     /// One create; None if the object exists.
     fn try_create(self: &Arc<Self>, attempt: &mut Attempt<'_>) -> Result<Option<Hold>> {
+        let requests = self.requests();
         let identity = attempt.identity;
         let clock_was_known = self.clock.is_known();
         // Each try writes an `expires_at` from when it is sent, so that
@@ -200,7 +207,7 @@ impl Engine {
         let last_try = std::cell::Cell::new((Stamp::now(), 0.0));
         // Interrupted in a pause after a failed try, it may have landed.
         attempt.create_in_doubt = true;
-        let created = self.call(
+        let created = requests.call(
             "create",
             || {
                 let metadata = self.metadata(identity);
@@ -214,10 +221,10 @@ impl Engine {
         // A request that failed for good after none failed transiently
         // created nothing.
         attempt.create_in_doubt = created.retried || created.result.is_ok();
-        let reply = match self.answered("create", created)? {
+        let reply = match requests.answered("create", created)? {
             Ok(reply) => reply,
             Err(StoreError::PreconditionFailed) => return Ok(None),
-            Err(other) => return Err(self.backend("create", other.to_string())),
+            Err(other) => return Err(requests.backend("create", other.to_string())),
         };
         let mut version = reply.value.version;
         let mut deadline = self.deadline(written, sent);
@@ -231,13 +238,13 @@ impl Engine {
         let off = deadline.as_secs_f64() - (sent + self.lease.ttl).as_secs_f64();
         if !clock_was_known && off.abs() > 1.0 {
             let sent = Stamp::now();
-            let corrected = self.call(
+            let corrected = requests.call(
                 "refresh",
                 || write_if_ours(self, identity, version),
                 attempt.retry_until,
                 attempt.interrupted,
             )?;
-            match self.answered("refresh", corrected)? {
+            match requests.answered("refresh", corrected)? {
                 Ok(reply) => {
                     version = reply.value.version;
                     deadline = self.deadline(reply.value.expires_at.unwrap_or(0.0), sent);
@@ -256,15 +263,16 @@ impl Engine {
     /// Reads the object after a failed create and clears it if it is ours
     /// from before or stale.
     fn look(&self, attempt: &Attempt<'_>, after_create: bool) -> Result<Look> {
-        let read = self.call(
+        let requests = self.requests();
+        let read = requests.call(
             "read",
             || self.store.get(),
             attempt.retry_until,
             attempt.interrupted,
         )?;
-        let reply = match self.answered("read", read)? {
+        let reply = match requests.answered("read", read)? {
             Ok(reply) => reply,
-            Err(other) => return Err(self.backend("read", other.to_string())),
+            Err(other) => return Err(requests.backend("read", other.to_string())),
         };
         let Some(object) = reply.value else {
             if after_create {
@@ -307,8 +315,9 @@ impl Engine {
         until: Option<Instant>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        let answer = self.call("delete", || self.store.delete(version), until, interrupted)?;
-        Ok(self.answered("delete", answer)?.is_ok())
+        let requests = self.requests();
+        let answer = requests.call("delete", || self.store.delete(version), until, interrupted)?;
+        Ok(requests.answered("delete", answer)?.is_ok())
     }
 
     /// After an acquire failed with `error` while a create of ours may
@@ -316,11 +325,12 @@ impl Engine {
     /// does not block everyone until it goes stale. Returns the error to
     /// report, saying so if the object could not be removed.
     fn remove_leftover(&self, identity: &str, error: Error) -> Error {
+        let requests = self.requests();
         let until = Some(Instant::now() + LEFTOVER_CLEANUP);
         let never = &|| false;
-        let removed = self
+        let removed = requests
             .call("read", || self.store.get(), until, never)
-            .and_then(|answer| self.answered("read", answer))
+            .and_then(|answer| requests.answered("read", answer))
             .and_then(|read| match read {
                 Ok(Reply {
                     value: Some(object),
@@ -361,6 +371,7 @@ impl Engine {
     /// failures are retried until the lease runs out (at least
     /// [`SHORTEST_RETRY`]): until then nobody else can have it.
     pub(crate) fn release(&self, hold: Hold, interrupted: &dyn Fn() -> bool) -> Result<bool> {
+        let requests = self.requests();
         let identity = hold.identity.clone();
         let was_healthy = hold.health.is_healthy();
         let until = Some(limits::from_now(
@@ -371,9 +382,10 @@ impl Engine {
         // Twice at most: a refresh whose reply was lost may have moved the
         // metageneration once.
         for _ in 0..2 {
-            let answer = self.call("delete", || self.store.delete(version), until, interrupted)?;
+            let answer =
+                requests.call("delete", || self.store.delete(version), until, interrupted)?;
             delete_may_have_landed |= answer.retried;
-            if self.answered("delete", answer)?.is_ok() {
+            if requests.answered("delete", answer)?.is_ok() {
                 return Ok(true);
             }
             match self.still_ours(&identity, version, until, interrupted)? {
@@ -396,8 +408,9 @@ impl Engine {
         until: Option<Instant>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Version>> {
-        let read = self.call("read", || self.store.get(), until, interrupted)?;
-        Ok(match self.answered("read", read)? {
+        let requests = self.requests();
+        let read = requests.call("read", || self.store.get(), until, interrupted)?;
+        Ok(match requests.answered("read", read)? {
             Ok(Reply {
                 value: Some(object),
                 ..
@@ -412,15 +425,16 @@ impl Engine {
 
     /// Whether the object exists, and whether `identity` holds it.
     pub(crate) fn inspect(&self, identity: &str) -> Result<(bool, bool)> {
+        let requests = self.requests();
         let until = Some(Instant::now() + SHORTEST_RETRY);
-        let read = self.call("read", || self.store.get(), until, &|| false)?;
-        match self.answered("read", read)? {
+        let read = requests.call("read", || self.store.get(), until, &|| false)?;
+        match requests.answered("read", read)? {
             Ok(Reply {
                 value: Some(object),
                 ..
             }) => Ok((true, object.identity.as_deref() == Some(identity))),
             Ok(_) => Ok((false, false)),
-            Err(other) => Err(self.backend("read", other.to_string())),
+            Err(other) => Err(requests.backend("read", other.to_string())),
         }
     }
 
@@ -464,4 +478,140 @@ impl Engine {
             format!("Error refreshing lock: {message}")
         });
     }
+}
+
+const TAKEN_OVER: &str =
+    "the lock object has an unexpected generation or metageneration: another holder took it over";
+const DELETED: &str = "the lock object has been unexpectedly deleted";
+
+/// Keeps one hold alive until aborted: PATCHes `expires_at` with the
+/// generation and metageneration preconditions. Lost at once only when the
+/// server shows the object gone or someone else's; failures to ask are
+/// retried, sooner than the refresh period, until the lease runs out.
+/// `max_refresh_fails` of them in a row make the hold unhealthy meanwhile;
+/// a refresh that lands afterwards proves it was kept and heals it.
+async fn refresh_loop(
+    engine: Arc<Engine>,
+    identity: String,
+    version: Arc<tokio::sync::Mutex<Version>>,
+    health: Arc<Health>,
+) {
+    let lease = &engine.lease;
+    let mut failures = 0;
+    let mut wait = lease.refresh_every;
+    loop {
+        tokio::time::sleep(wait).await;
+        // Held only for the requests, so stopping the hold never waits out
+        // the pauses between retries.
+        let mut current = version.lock().await;
+        engine.log(log::Level::Info, || "Refreshing lock".into());
+        let sent = Stamp::now();
+        match write_if_ours(&engine, &identity, *current).await {
+            Ok(reply) => {
+                *current = reply.value.version;
+                failures = 0;
+                wait = lease.refresh_every;
+                let written = reply.value.expires_at.unwrap_or(0.0);
+                health.extend(engine.deadline(written, sent));
+                health.set_failing(None);
+                engine.log(log::Level::Debug, || {
+                    format!(
+                        "Done refreshing lock. metageneration={}",
+                        current.metageneration
+                    )
+                });
+            }
+            Err(gone @ (StoreError::PreconditionFailed | StoreError::NotFound)) => {
+                let reason = match gone {
+                    StoreError::NotFound => DELETED,
+                    _ => TAKEN_OVER,
+                };
+                engine.record_refresh_error(reason);
+                engine.log(log::Level::Error, || {
+                    "Lock refresh failed permanently. Declaring lock as unhealthy".into()
+                });
+                health.mark_lost(reason);
+                return;
+            }
+            Err(failure) => {
+                failures += 1;
+                engine.record_refresh_error(&failure.to_string());
+                if health.valid_until().has_passed() {
+                    engine.log(log::Level::Error, || {
+                        format!("Lock refresh failed {failures} times, until its lease ran out. Declaring lock as unhealthy")
+                    });
+                    health.mark_lost(format!(
+                        "its lease ran out while {failures} refreshes in a row failed, the last with: {failure}"
+                    ));
+                    return;
+                }
+                if failures >= lease.max_refresh_fails {
+                    engine.log(log::Level::Error, || {
+                        format!("Lock refresh failed {failures} times in succession. Declaring lock as unhealthy until one succeeds")
+                    });
+                    health.set_failing(Some(format!(
+                        "{failures} refreshes in a row failed, the last with: {failure}"
+                    )));
+                }
+                // Again soon, as every caller-side request does, but never
+                // later than the next regular refresh.
+                wait = (RETRY_FIRST_WAIT * 2u32.saturating_pow(failures - 1))
+                    .min(lease.refresh_every)
+                    .min(health.valid_until().left());
+            }
+        }
+    }
+}
+
+/// Writes a fresh `expires_at` if the object is still the one this
+/// identity created; the object returned carries the `expires_at` written.
+/// Err(PreconditionFailed): a read showed another holder's object;
+/// Err(NotFound): the object is gone; other errors: the server could not be
+/// asked, and nothing is known.
+async fn write_if_ours(
+    engine: &Engine,
+    identity: &str,
+    expected: Version,
+) -> Result<Reply<LockObject>, StoreError> {
+    let requests = engine.requests();
+    let metadata = engine.metadata(identity);
+    let written = requests
+        .ask(engine.store.update(expected, metadata.clone()))
+        .await;
+    if !matches!(written, Err(StoreError::PreconditionFailed)) {
+        return with_expiry(written, &metadata);
+    }
+    // A 412 proves only that the metageneration moved: an earlier write of
+    // ours may have landed without its reply. Only a read tells.
+    let read = requests.ask(engine.store.get()).await?;
+    match read.value {
+        None => Err(StoreError::NotFound),
+        Some(object)
+            if object.version.generation == expected.generation
+                && object.identity.as_deref() == Some(identity) =>
+        {
+            let written = requests
+                .ask(engine.store.update(object.version, metadata.clone()))
+                .await;
+            match with_expiry(written, &metadata) {
+                // Changed again between our read and write: ask again later.
+                Err(StoreError::PreconditionFailed) => Err(StoreError::Transient(
+                    "the lock object changed between reading and refreshing it".into(),
+                )),
+                other => other,
+            }
+        }
+        Some(_) => Err(StoreError::PreconditionFailed),
+    }
+}
+
+/// A written object as we wrote it, whatever the reply echoed.
+fn with_expiry(
+    written: Result<Reply<LockObject>, StoreError>,
+    metadata: &Metadata,
+) -> Result<Reply<LockObject>, StoreError> {
+    written.map(|mut reply| {
+        reply.value.expires_at = Some(metadata.expires_at);
+        reply
+    })
 }

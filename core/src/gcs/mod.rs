@@ -2,9 +2,9 @@
 //! distributed-lock-google-cloud-storage, with its known flaws fixed.
 //!
 //! - `lock.rs`: the public [`Lock`]; `options.rs`: its options;
-//! - `engine.rs`: the algorithm, against any [`Store`]; `refresh.rs`: keeping
-//!   a hold alive; `retry.rs`: asking until a deadline; `clock.rs`: the
-//!   server's clock;
+//! - `engine.rs`: the algorithm, against any [`Store`], with the refresher
+//!   that keeps a hold alive; `requests.rs`: asking the store until a
+//!   deadline; `clock.rs`: the server's clock;
 //! - `client.rs`: the JSON API over HTTPS; `auth.rs`: endpoint and credentials;
 //! - `store.rs`: the four conditional operations the algorithm needs.
 //!
@@ -18,8 +18,7 @@ mod clock;
 mod engine;
 mod lock;
 mod options;
-mod refresh;
-mod retry;
+mod requests;
 mod store;
 
 pub use admin::ObjectState;
