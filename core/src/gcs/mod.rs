@@ -2,14 +2,16 @@
 //! distributed-lock-google-cloud-storage, with its known flaws fixed.
 //!
 //! - `lock.rs`: the public [`Lock`]; `options.rs`: its options;
-//! - `engine.rs`: the algorithm, against any [`Store`], with the refresher
-//!   that keeps a hold alive; `requests.rs`: asking the store until a
-//!   deadline; `clock.rs`: the server's clock;
+//! - `engine.rs`: the algorithm, against any [`Store`]: a hold, its
+//!   refresher and its release; `acquire.rs`: taking the lock;
+//!   `requests.rs`: asking the store until a deadline; `clock.rs`: the
+//!   server's clock;
 //! - `client.rs`: the JSON API over HTTPS; `auth.rs`: endpoint and credentials;
 //! - `store.rs`: the four conditional operations the algorithm needs.
 //!
 //! See `README.md` in this directory for the choice of crates.
 
+mod acquire;
 mod admin;
 mod auth;
 mod backoff;

@@ -1,0 +1,291 @@
+//! Taking the GCS lock: create the lock object only if absent; on conflict
+//! look at it (our own identity → recover at once; stale by the server's
+//! clock → delete that exact version and retry; else wait, looking again
+//! with reads only). An acquire that gives up removes any object its own
+//! create may have left.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::engine::{write_if_ours, Engine, Hold};
+use super::requests::{sleep_interruptibly, SHORTEST_RETRY};
+use super::store::{Reply, StoreError, Version};
+use crate::clock::Stamp;
+use crate::error::{Error, Result};
+use crate::limits;
+
+/// How long an acquire that gives up keeps trying to remove an object its
+/// create may have left; past it, the object blocks others until stale.
+const LEFTOVER_CLEANUP: Duration = Duration::from_secs(5);
+/// Immediate retries (object vanished, stale object removed) before a wait.
+const IMMEDIATE_RETRIES: u32 = 3;
+
+enum Look {
+    /// No object: try to create it.
+    Free,
+    /// Someone else holds it; it turns stale in about this long.
+    Held(Duration),
+}
+
+/// One caller's acquisition: who, until when, and what it may have left.
+struct Attempt<'a> {
+    identity: &'a str,
+    /// When transient failures stop being retried (None: never).
+    retry_until: Option<Instant>,
+    interrupted: &'a dyn Fn() -> bool,
+    /// A create was sent and no read since has shown what became of it:
+    /// an object of ours may be on the server with nobody refreshing it.
+    create_in_doubt: bool,
+}
+
+impl Engine {
+    /// Waits up to `timeout` (None: forever; zero: one attempt, which may
+    /// still clear a stale object) for the lock as `identity`. A waiter
+    /// only reads: GCS allows about one write per second per object, and
+    /// create attempts would spend it. Transient failures are retried until
+    /// the timeout (at least [`SHORTEST_RETRY`]); an acquire that fails
+    /// anyway first removes any object its own create may have left.
+    pub(crate) fn acquire(
+        self: &Arc<Self>,
+        identity: &str,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<Hold>> {
+        let started = Instant::now();
+        let give_up_at = limits::deadline(started, limits::wait(timeout)?);
+        let mut attempt = Attempt {
+            identity,
+            retry_until: give_up_at.map(|at| at.max(started + SHORTEST_RETRY)),
+            interrupted,
+            create_in_doubt: false,
+        };
+        let outcome = self.wait_for_lock(&mut attempt, give_up_at);
+        match outcome {
+            Err(error) if attempt.create_in_doubt => Err(self.remove_leftover(identity, error)),
+            other => other,
+        }
+    }
+
+    fn wait_for_lock(
+        self: &Arc<Self>,
+        attempt: &mut Attempt<'_>,
+        give_up_at: Option<Instant>,
+    ) -> Result<Option<Hold>> {
+        let mut steps = self.backoff.steps();
+        let mut immediate = 0;
+        let mut may_create = true;
+        loop {
+            if (attempt.interrupted)() {
+                return Err(Error::Interrupted(self.what.clone()));
+            }
+            if may_create {
+                self.log(log::Level::Debug, || "Acquiring lock".into());
+                if let Some(hold) = self.try_create(attempt)? {
+                    self.log(log::Level::Debug, || "Successfully acquired lock".into());
+                    return Ok(Some(hold));
+                }
+                self.log(log::Level::Debug, || {
+                    "Error acquiring lock. Investigating why...".into()
+                });
+            }
+            let look = self.look(attempt, may_create)?;
+            // The read saw the object: whatever a create of ours did is known.
+            attempt.create_in_doubt = false;
+            may_create = matches!(look, Look::Free);
+            if may_create && immediate < IMMEDIATE_RETRIES {
+                immediate += 1;
+                continue;
+            }
+            let now = Instant::now();
+            if give_up_at.is_some_and(|at| now >= at) {
+                return Ok(None);
+            }
+            let mut wait = steps.next_wait();
+            if let Look::Held(stale_in) = look {
+                // Look again just after it would turn stale, not a backoff later.
+                wait = wait.min(stale_in + Duration::from_millis(20));
+            }
+            if let Some(at) = give_up_at {
+                wait = wait.min(at - now);
+            }
+            self.log(log::Level::Info, || {
+                format!(
+                    "Unable to acquire lock. Will try again in {:.1} seconds",
+                    wait.as_secs_f64()
+                )
+            });
+            sleep_interruptibly(wait, attempt.interrupted, &self.what)?;
+            immediate = 0;
+        }
+    }
+
+    /// One create; None if the object exists.
+    fn try_create(self: &Arc<Self>, attempt: &mut Attempt<'_>) -> Result<Option<Hold>> {
+        let requests = self.requests();
+        let identity = attempt.identity;
+        let clock_was_known = self.clock.is_known();
+        // Each try writes an `expires_at` from when it is sent, so that
+        // retries do not eat into the lease; the last try is the one that
+        // landed.
+        let last_try = std::cell::Cell::new((Stamp::now(), 0.0));
+        // Interrupted in a pause after a failed try, it may have landed.
+        attempt.create_in_doubt = true;
+        let created = requests.call(
+            "create",
+            || {
+                let metadata = self.metadata(identity);
+                last_try.set((Stamp::now(), metadata.expires_at));
+                self.store.create(metadata)
+            },
+            attempt.retry_until,
+            attempt.interrupted,
+        )?;
+        let (sent, written) = last_try.get();
+        // A request that failed for good after none failed transiently
+        // created nothing.
+        attempt.create_in_doubt = created.retried || created.result.is_ok();
+        let reply = match requests.answered("create", created)? {
+            Ok(reply) => reply,
+            Err(StoreError::PreconditionFailed) => return Ok(None),
+            Err(other) => return Err(requests.backend("create", other.to_string())),
+        };
+        let mut version = reply.value.version;
+        let mut deadline = self.deadline(written, sent);
+        // The first request of this lock wrote `expires_at` by the local
+        // wall clock. If the server's differs, others may find the object
+        // stale already (or wait for it too long): correct it before
+        // counting it as ours. Whichever of this write and a waiter's delete
+        // lands first makes the other fail. If the correction cannot be
+        // made, the object is given back (by the caller's clean-up, as
+        // `create_in_doubt` stays set), never kept unrefreshed until its TTL.
+        let off = deadline.as_secs_f64() - (sent + self.lease.ttl).as_secs_f64();
+        if !clock_was_known && off.abs() > 1.0 {
+            let sent = Stamp::now();
+            let corrected = requests.call(
+                "refresh",
+                || write_if_ours(self, identity, version),
+                attempt.retry_until,
+                attempt.interrupted,
+            )?;
+            match requests.answered("refresh", corrected)? {
+                Ok(reply) => {
+                    version = reply.value.version;
+                    deadline = self.deadline(reply.value.expires_at.unwrap_or(0.0), sent);
+                }
+                // A read showed it gone or someone else's: nothing of ours is left.
+                Err(_) => {
+                    attempt.create_in_doubt = false;
+                    return Ok(None);
+                }
+            }
+        }
+        attempt.create_in_doubt = false;
+        Ok(Some(self.hold(identity, version, deadline)))
+    }
+
+    /// Reads the object after a failed create and clears it if it is ours
+    /// from before or stale.
+    fn look(&self, attempt: &Attempt<'_>, after_create: bool) -> Result<Look> {
+        let requests = self.requests();
+        let read = requests.call(
+            "read",
+            || self.store.get(),
+            attempt.retry_until,
+            attempt.interrupted,
+        )?;
+        let reply = match requests.answered("read", read)? {
+            Ok(reply) => reply,
+            Err(other) => return Err(requests.backend("read", other.to_string())),
+        };
+        let Some(object) = reply.value else {
+            if after_create {
+                self.log(log::Level::Warn, || {
+                    "Lock was deleted right after having created it. Retrying.".into()
+                });
+            } else {
+                self.log(log::Level::Debug, || "Lock was released. Acquiring".into());
+            }
+            return Ok(Look::Free);
+        };
+        if object.identity.as_deref() == Some(attempt.identity) {
+            self.log(log::Level::Warn, || {
+                "Lock was already owned by this instance, but was abandoned. Resetting lock".into()
+            });
+            self.delete_version(object.version, attempt.retry_until, attempt.interrupted)?;
+            return Ok(Look::Free);
+        }
+        let server_now = reply
+            .server_time
+            .unwrap_or_else(|| self.clock.at_least_now());
+        let expires_at = object.expires_at.unwrap_or(f64::NEG_INFINITY);
+        if server_now > expires_at {
+            self.log(log::Level::Warn, || "Lock is stale. Resetting lock".into());
+            self.delete_version(object.version, attempt.retry_until, attempt.interrupted)?;
+            return Ok(Look::Free);
+        }
+        self.log(log::Level::Debug, || {
+            "Lock was already acquired, and is not stale".into()
+        });
+        Ok(Look::Held(Duration::from_secs_f64(
+            (expires_at - server_now).min(1e9),
+        )))
+    }
+
+    /// Deletes exactly `version`: Ok(false) if it had changed or gone.
+    fn delete_version(
+        &self,
+        version: Version,
+        until: Option<Instant>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let requests = self.requests();
+        let answer = requests.call("delete", || self.store.delete(version), until, interrupted)?;
+        Ok(requests.answered("delete", answer)?.is_ok())
+    }
+
+    /// After an acquire failed with `error` while a create of ours may
+    /// have landed: reads the object and deletes it if it is ours, so it
+    /// does not block everyone until it goes stale. Returns the error to
+    /// report, saying so if the object could not be removed.
+    fn remove_leftover(&self, identity: &str, error: Error) -> Error {
+        let requests = self.requests();
+        let until = Some(Instant::now() + LEFTOVER_CLEANUP);
+        let never = &|| false;
+        let removed = requests
+            .call("read", || self.store.get(), until, never)
+            .and_then(|answer| requests.answered("read", answer))
+            .and_then(|read| match read {
+                Ok(Reply {
+                    value: Some(object),
+                    ..
+                }) if object.identity.as_deref() == Some(identity) => {
+                    self.delete_version(object.version, until, never)?;
+                    self.log(log::Level::Warn, || {
+                        format!("Gave back the lock object this attempt had created: {error}")
+                    });
+                    Ok(())
+                }
+                _ => Ok(()),
+            });
+        match (removed, error) {
+            (Ok(()), error) => error,
+            (Err(cleanup), Error::Backend {
+                server,
+                operation,
+                message,
+            }) => Error::Backend {
+                server,
+                operation,
+                message: format!(
+                    "{message}; a lock object this attempt may have created could not be removed ({cleanup}) and blocks others until it goes stale"
+                ),
+            },
+            (Err(cleanup), error) => {
+                self.log(log::Level::Error, || {
+                    format!("A lock object this attempt may have created could not be removed and blocks others until it goes stale: {cleanup}")
+                });
+                error
+            }
+        }
+    }
+}
