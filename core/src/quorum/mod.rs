@@ -9,6 +9,7 @@ mod lock;
 mod memory;
 mod node;
 mod rw_lock;
+mod tally;
 #[cfg(test)]
 mod tests;
 

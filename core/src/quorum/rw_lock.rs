@@ -34,8 +34,9 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use super::fanout::{ask_all, Interrupted, Round, Tally};
+use super::fanout::{ask_all, Interrupted, Round};
 use super::node::{acquire, release, Grant, Mode, NetLocker, Reply, Request};
+use super::tally::{read_quorum, write_quorum, Tally};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -52,16 +53,6 @@ const BACKOFF_MAX: Duration = Duration::from_millis(100);
 const UNREACHABLE_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Shortest attempt a tight user timeout still allows.
 const MIN_ATTEMPT: Duration = Duration::from_millis(100);
-
-/// Write quorum: a strict majority.
-pub(crate) fn write_quorum(nodes: usize) -> usize {
-    nodes / 2 + 1
-}
-
-/// Read quorum: ⌈n/2⌉, the fewest that still intersect every write quorum.
-pub(crate) fn read_quorum(nodes: usize) -> usize {
-    nodes.div_ceil(2)
-}
 
 /// Everything the attempts and the refreshers share.
 pub(crate) struct Quorum {
@@ -597,18 +588,6 @@ async fn refresh_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_read_quorum_and_a_write_quorum_always_share_a_node() {
-        for n in 1..=32 {
-            assert!(read_quorum(n) + write_quorum(n) > n, "n={n}");
-            assert!(2 * write_quorum(n) > n, "n={n}");
-            assert!(read_quorum(n) <= write_quorum(n), "n={n}");
-        }
-        assert_eq!((write_quorum(5), read_quorum(5)), (3, 3));
-        assert_eq!((write_quorum(4), read_quorum(4)), (3, 2));
-        assert_eq!((write_quorum(1), read_quorum(1)), (1, 1));
-    }
 
     #[test]
     fn backoff_grows_with_jitter_and_stays_bounded() {
