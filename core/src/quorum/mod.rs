@@ -3,12 +3,12 @@
 //! expire on each server, background refresh, health and fencing.
 
 mod admin;
+mod engine;
 mod fanout;
 mod lock;
 #[cfg(test)]
 mod memory;
 mod node;
-mod rw_lock;
 mod tally;
 #[cfg(test)]
 mod tests;
