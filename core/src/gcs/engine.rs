@@ -201,7 +201,7 @@ impl Engine {
         })
     }
 
-    pub(crate) fn record_refresh_error(&self, message: &str) {
+    fn record_refresh_error(&self, message: &str) {
         *self
             .last_refresh_error
             .lock()

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::backoff::{backoff, BACKOFF_MAX, UNREACHABLE_BACKOFF_MAX};
 use super::engine::{Hold, Quorum, POLL};
 use super::fanout::{Interrupted, Round};
-use super::node::{acquire, Mode, Request};
+use super::node::{acquire, release, Mode, Request};
 use super::tally::{write_quorum, Tally};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
@@ -39,6 +39,14 @@ enum Attempt {
 }
 
 impl Quorum {
+    /// The lock in `mode`, for messages.
+    fn describe(&self, mode: Mode) -> String {
+        match mode {
+            Mode::Write => format!("the write lock of {}", self.what),
+            Mode::Read => format!("a read lock of {}", self.what),
+        }
+    }
+
     /// Waits up to `timeout` (None: forever, zero: one attempt) for a grant
     /// from a quorum. Ok(None) when the timeout ran out.
     pub(crate) fn acquire(
@@ -265,5 +273,12 @@ impl Quorum {
             message.push_str(&format!("; first failure: {failure}"));
         }
         Error::backend(&format!("{n} nodes"), &self.describe(mode), message)
+    }
+
+    /// Releases `granted` without waiting: the requests end on their own.
+    fn release_granted(&self, request: &Arc<Request>, granted: &[(usize, u64)]) {
+        self.send(granted.iter().map(|&(i, _)| i), |node| {
+            release(node, request.clone())
+        });
     }
 }

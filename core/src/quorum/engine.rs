@@ -83,21 +83,6 @@ impl Quorum {
         }
     }
 
-    /// The lock in `mode`, for messages.
-    pub(crate) fn describe(&self, mode: Mode) -> String {
-        match mode {
-            Mode::Write => format!("the write lock of {}", self.what),
-            Mode::Read => format!("a read lock of {}", self.what),
-        }
-    }
-
-    /// Releases `granted` without waiting: the requests end on their own.
-    pub(crate) fn release_granted(&self, request: &Arc<Request>, granted: &[(usize, u64)]) {
-        self.send(granted.iter().map(|&(i, _)| i), |node| {
-            release(node, request.clone())
-        });
-    }
-
     /// Sends `call` to `targets` and lets the requests finish on their own.
     pub(crate) fn send(
         &self,
