@@ -36,10 +36,10 @@ impl Lock {
     /// [`crate::Error::Backend`] if the bucket cannot be read (missing, no
     /// permission) or still fails transiently after a few seconds.
     pub fn object_state(&self) -> Result<Option<ObjectState>> {
-        let holder = &self.holder;
+        let requests = self.holder.requests();
         let until = Some(Instant::now() + PATIENCE);
-        let read = holder.call("read", || holder.store.get(), until, &|| false)?;
-        match holder.answered("read", read)? {
+        let read = requests.call("read", || requests.store.get(), until, &|| false)?;
+        match requests.answered("read", read)? {
             Ok(Reply {
                 value: Some(object),
                 server_time,
@@ -61,7 +61,7 @@ impl Lock {
                 }))
             }
             Ok(_) => Ok(None),
-            Err(other) => Err(holder.backend("read", other.to_string())),
+            Err(other) => Err(requests.backend("read", other.to_string())),
         }
     }
 
@@ -73,7 +73,7 @@ impl Lock {
     /// # Errors
     /// [`crate::Error::Backend`] as for [`Lock::object_state`].
     pub fn force_release(&self) -> Result<bool> {
-        let holder = &self.holder;
+        let requests = self.holder.requests();
         let until = Some(Instant::now() + PATIENCE);
         // The delete names the version it read; a refresh landing in
         // between moves the metageneration, so read again and retry.
@@ -86,14 +86,16 @@ impl Lock {
                 metageneration: object.metageneration,
             };
             let deleted =
-                holder.call("delete", || holder.store.delete(version), until, &|| false)?;
-            match holder.answered("delete", deleted)? {
+                requests.call("delete", || requests.store.delete(version), until, &|| {
+                    false
+                })?;
+            match requests.answered("delete", deleted)? {
                 Ok(_) => return Ok(true),
                 Err(StoreError::PreconditionFailed | StoreError::NotFound) => continue,
-                Err(other) => return Err(holder.backend("delete", other.to_string())),
+                Err(other) => return Err(requests.backend("delete", other.to_string())),
             }
         }
-        Err(holder.backend(
+        Err(requests.backend(
             "delete",
             "the lock object kept changing; try again".to_owned(),
         ))

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use gcp_auth::{CustomServiceAccount, TokenProvider};
 
-use super::client::with_causes;
-use super::store::StoreError;
+use super::store::{with_causes, StoreError};
 
 const SCOPE: &str = "https://www.googleapis.com/auth/devstorage.read_write";
 const GOOGLE: &str = "https://storage.googleapis.com";

@@ -12,7 +12,9 @@ use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::auth::{Auth, Endpoint};
-use super::store::{LockObject, Metadata, Reply, Store, StoreError, StoreFuture, Version};
+use super::store::{
+    with_causes, LockObject, Metadata, Reply, Store, StoreError, StoreFuture, Version,
+};
 use crate::identity::random_hex;
 
 pub(crate) struct HttpStore {
@@ -290,18 +292,6 @@ fn parse_object(body: &str, expected: Option<Version>) -> Result<LockObject, Sto
             other => other.as_f64(),
         },
     })
-}
-
-/// An error and its sources, which say what actually went wrong
-/// ("connection refused", "invalid peer certificate").
-pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message = format!("{message}: {cause}");
-        source = cause.source();
-    }
-    message
 }
 
 /// The `Date` header as Unix seconds.

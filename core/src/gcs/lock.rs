@@ -1,11 +1,11 @@
 //! `gcs::Lock`: the Ruby gem distributed-lock-google-cloud-storage's lock,
 //! with its options, held per thread like the Redis lock. The algorithm is
-//! in `holder.rs`; this file is the public face and the per-thread state.
+//! in `engine.rs`; this file is the public face and the per-thread state.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::holder::{Hold, Holder};
+use super::engine::{Engine, Hold};
 use super::options::LockBuilder;
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving, ProcessHolds};
@@ -34,7 +34,7 @@ use crate::identity::{forked_since_start, holder_number, note_process_start, ran
 /// # Ok::<(), lockyard::Error>(())
 /// ```
 pub struct Lock {
-    pub(super) holder: Arc<Holder>,
+    pub(super) holder: Arc<Engine>,
     /// `None`: random per lock object, with the pid appended at use.
     identity_prefix: Option<String>,
     random_prefix: String,
@@ -51,7 +51,7 @@ impl Lock {
 
     /// The lock over `holder`, as validated options describe it.
     pub(super) fn from_parts(
-        holder: Holder,
+        holder: Engine,
         identity_prefix: Option<String>,
         thread_safe: bool,
         default_timeout: Option<Duration>,

@@ -2,28 +2,29 @@
 //! distributed-lock-google-cloud-storage, with its known flaws fixed.
 //!
 //! - `lock.rs`: the public [`Lock`]; `options.rs`: its options;
-//! - `holder.rs`: the algorithm, against any [`Store`]; `refresh.rs`: keeping
-//!   a hold alive; `retry.rs`: asking until a deadline; `clock.rs`: the
+//! - `engine.rs`: the algorithm, against any [`Store`]: a hold, its
+//!   refresher and its release; `acquire.rs`: taking the lock;
+//!   `requests.rs`: asking the store until a deadline; `clock.rs`: the
 //!   server's clock;
 //! - `client.rs`: the JSON API over HTTPS; `auth.rs`: endpoint and credentials;
 //! - `store.rs`: the four conditional operations the algorithm needs.
 //!
 //! See `README.md` in this directory for the choice of crates.
 
+mod acquire;
 mod admin;
 mod auth;
 mod backoff;
 mod client;
 mod clock;
-mod holder;
+mod engine;
 mod lock;
 mod options;
-mod refresh;
-mod retry;
+mod requests;
 mod store;
 
 pub use admin::ObjectState;
-pub use holder::LogSink;
+pub use engine::LogSink;
 pub use lock::{Lock, LockGuard};
 pub use options::LockBuilder;
 pub use store::{LockObject, Metadata, Reply, Store, StoreError, StoreFuture, Version};

@@ -8,7 +8,7 @@ use super::auth::{Auth, Credentials, Endpoint};
 use super::backoff::Backoff;
 use super::client::{HttpOptions, HttpStore};
 use super::clock::ServerClock;
-use super::holder::{Holder, LogSink};
+use super::engine::{Engine, LogSink};
 use super::lock::Lock;
 use super::store::Store;
 use crate::error::{Error, Result};
@@ -210,7 +210,7 @@ impl LockBuilder {
         let log = self.log.unwrap_or_else(|| {
             Arc::new(|level, message: &str| log::log!(target: "lockyard", level, "{message}"))
         });
-        let holder = Holder {
+        let holder = Engine {
             what: format!("lock {}", store.describe()),
             store,
             lease,

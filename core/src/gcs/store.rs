@@ -70,6 +70,19 @@ impl std::fmt::Display for StoreError {
     }
 }
 
+/// An error and its sources, which say what actually went wrong
+/// ("connection refused", "invalid peer certificate"): the message of a
+/// [`StoreError`] made from a client library's error.
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message = format!("{message}: {cause}");
+        source = cause.source();
+    }
+    message
+}
+
 /// A store operation in flight.
 pub type StoreFuture<'a, T> =
     Pin<Box<dyn Future<Output = Result<Reply<T>, StoreError>> + Send + 'a>>;

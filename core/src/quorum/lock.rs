@@ -5,8 +5,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::engine::{Hold, Quorum};
 use super::node::{Mode, NetLocker, RedisNode};
-use super::rw_lock::{Hold, Quorum};
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
 use crate::identity::{holder_identity, holder_number, random_hex};

@@ -140,7 +140,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 
 /// The node's one fencing counter, shared by every name and never
 /// expiring, so that no idle time makes a node forget a sealed token (see
-/// the fencing notes in `rw_lock.rs`); one key per node, however many names
+/// the fencing notes in `engine.rs`); one key per node, however many names
 /// come and go. No braces: it cannot collide with a name's keys. Nodes are
 /// plain servers, so a script may touch it beside a name's hash tag.
 const FENCE: &str = "lockyard:rw:fence";

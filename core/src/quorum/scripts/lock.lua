@@ -5,7 +5,7 @@
 -- KEYS[2] readers: zset reader uid -> lease deadline (server ms)
 -- KEYS[3] waiting: string, a waiting writer, expires after ARGV[4] ms
 -- KEYS[4] fence:   string, the last fencing value this node issued or
---                  sealed, for every name; never expires (quorum/rw_lock.rs)
+--                  sealed, for every name; never expires (quorum/engine.rs)
 -- KEYS[5] legacy:  string, the name's own last value as versions before
 --                  KEYS[4] kept it; counted while it lives (it expires)
 -- KEYS[6] alive:   hash, the restart guard (guard.lua)

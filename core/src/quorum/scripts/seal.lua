@@ -1,6 +1,6 @@
 -- seal: record fencing token ARGV[2] on this node while ARGV[1] still holds
 -- the write lock here, so every later write grant on this node gets a
--- larger value (see quorum/rw_lock.rs, "Fencing").
+-- larger value (see quorum/engine.rs, "Fencing").
 -- KEYS[1] writer: string, uid of the write holder
 -- KEYS[2] fence:  string, the last fencing value this node issued or
 --                 sealed, for every name; never expires

@@ -1,80 +1,24 @@
-//! The algorithm of the GCS lock, against any [`Store`]: create the lock
-//! object only if absent; on conflict look at it (our own identity →
-//! recover at once; stale by the server's clock → delete that exact
-//! version and retry; else wait, looking again with reads only); refresh a
-//! held object in the background with preconditions; delete exactly our
-//! version on release.
+//! Taking the GCS lock: create the lock object only if absent; on conflict
+//! look at it (our own identity → recover at once; stale by the server's
+//! clock → delete that exact version and retry; else wait, looking again
+//! with reads only). An acquire that gives up removes any object its own
+//! create may have left.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
-
-use super::backoff::Backoff;
-use super::clock::ServerClock;
-use super::refresh::{refresh_loop, write_if_ours};
-use super::retry::{sleep_interruptibly, SHORTEST_RETRY};
-use super::store::{Metadata, Reply, Store, StoreError, Version};
+use super::engine::{write_if_ours, Engine, Hold};
+use super::requests::{sleep_interruptibly, SHORTEST_RETRY};
+use super::store::{Reply, StoreError, Version};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
-use crate::health::Health;
-use crate::lease::Lease;
 use crate::limits;
-use crate::runtime;
-
-/// Receives the lock's log records with the gem's levels (debug: each
-/// step; info: waits and refreshes; warn: recoveries; error: failed
-/// refreshes). Called from the runtime thread too: it must not block.
-pub type LogSink = Arc<dyn Fn(log::Level, &str) + Send + Sync>;
 
 /// How long an acquire that gives up keeps trying to remove an object its
 /// create may have left; past it, the object blocks others until stale.
 const LEFTOVER_CLEANUP: Duration = Duration::from_secs(5);
 /// Immediate retries (object vanished, stale object removed) before a wait.
 const IMMEDIATE_RETRIES: u32 = 3;
-
-pub(crate) struct Holder {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) lease: Lease,
-    pub(crate) backoff: Backoff,
-    pub(crate) request_timeout: Duration,
-    /// "lock gs://bucket/path", for messages.
-    pub(crate) what: String,
-    pub(crate) log: LogSink,
-    pub(crate) clock: ServerClock,
-    /// The last refresh failure of any hold, kept after it heals.
-    pub(crate) last_refresh_error: Mutex<Option<String>>,
-}
-
-/// One thread's hold: its object version, shared with its refresher.
-pub(crate) struct Hold {
-    pub(crate) identity: String,
-    pub(crate) generation: i64,
-    pub(crate) health: Arc<Health>,
-    /// Locked by the refresher for the length of a PATCH, so stopping it
-    /// never leaves a write in flight whose new metageneration we miss.
-    version: Arc<tokio::sync::Mutex<Version>>,
-    refresher: JoinHandle<()>,
-}
-
-impl Hold {
-    /// Stops refreshing (waiting out a refresh in flight) and returns the
-    /// version last written.
-    pub(crate) fn stop(self) -> Version {
-        let version = self.version.clone();
-        runtime::block_on(async move {
-            let version = version.lock().await;
-            self.refresher.abort();
-            *version
-        })
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        self.refresher.abort();
-    }
-}
 
 enum Look {
     /// No object: try to create it.
@@ -94,22 +38,7 @@ struct Attempt<'a> {
     create_in_doubt: bool,
 }
 
-impl Holder {
-    pub(crate) fn log(&self, level: log::Level, message: impl FnOnce() -> String) {
-        (self.log)(level, &message());
-    }
-
-    pub(crate) fn metadata(&self, identity: &str) -> Metadata {
-        Metadata {
-            identity: identity.to_owned(),
-            expires_at: self.clock.at_most_now() + self.lease.ttl.as_secs_f64(),
-        }
-    }
-
-    pub(crate) fn backend(&self, operation: &str, message: String) -> Error {
-        Error::backend(&self.store.describe(), operation, message)
-    }
-
+impl Engine {
     /// Waits up to `timeout` (None: forever; zero: one attempt, which may
     /// still clear a stale object) for the lock as `identity`. A waiter
     /// only reads: GCS allows about one write per second per object, and
@@ -192,6 +121,7 @@ impl Holder {
 
     /// One create; None if the object exists.
     fn try_create(self: &Arc<Self>, attempt: &mut Attempt<'_>) -> Result<Option<Hold>> {
+        let requests = self.requests();
         let identity = attempt.identity;
         let clock_was_known = self.clock.is_known();
         // Each try writes an `expires_at` from when it is sent, so that
@@ -200,7 +130,7 @@ impl Holder {
         let last_try = std::cell::Cell::new((Stamp::now(), 0.0));
         // Interrupted in a pause after a failed try, it may have landed.
         attempt.create_in_doubt = true;
-        let created = self.call(
+        let created = requests.call(
             "create",
             || {
                 let metadata = self.metadata(identity);
@@ -214,10 +144,10 @@ impl Holder {
         // A request that failed for good after none failed transiently
         // created nothing.
         attempt.create_in_doubt = created.retried || created.result.is_ok();
-        let reply = match self.answered("create", created)? {
+        let reply = match requests.answered("create", created)? {
             Ok(reply) => reply,
             Err(StoreError::PreconditionFailed) => return Ok(None),
-            Err(other) => return Err(self.backend("create", other.to_string())),
+            Err(other) => return Err(requests.backend("create", other.to_string())),
         };
         let mut version = reply.value.version;
         let mut deadline = self.deadline(written, sent);
@@ -231,13 +161,13 @@ impl Holder {
         let off = deadline.as_secs_f64() - (sent + self.lease.ttl).as_secs_f64();
         if !clock_was_known && off.abs() > 1.0 {
             let sent = Stamp::now();
-            let corrected = self.call(
+            let corrected = requests.call(
                 "refresh",
                 || write_if_ours(self, identity, version),
                 attempt.retry_until,
                 attempt.interrupted,
             )?;
-            match self.answered("refresh", corrected)? {
+            match requests.answered("refresh", corrected)? {
                 Ok(reply) => {
                     version = reply.value.version;
                     deadline = self.deadline(reply.value.expires_at.unwrap_or(0.0), sent);
@@ -256,15 +186,16 @@ impl Holder {
     /// Reads the object after a failed create and clears it if it is ours
     /// from before or stale.
     fn look(&self, attempt: &Attempt<'_>, after_create: bool) -> Result<Look> {
-        let read = self.call(
+        let requests = self.requests();
+        let read = requests.call(
             "read",
             || self.store.get(),
             attempt.retry_until,
             attempt.interrupted,
         )?;
-        let reply = match self.answered("read", read)? {
+        let reply = match requests.answered("read", read)? {
             Ok(reply) => reply,
-            Err(other) => return Err(self.backend("read", other.to_string())),
+            Err(other) => return Err(requests.backend("read", other.to_string())),
         };
         let Some(object) = reply.value else {
             if after_create {
@@ -307,8 +238,9 @@ impl Holder {
         until: Option<Instant>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        let answer = self.call("delete", || self.store.delete(version), until, interrupted)?;
-        Ok(self.answered("delete", answer)?.is_ok())
+        let requests = self.requests();
+        let answer = requests.call("delete", || self.store.delete(version), until, interrupted)?;
+        Ok(requests.answered("delete", answer)?.is_ok())
     }
 
     /// After an acquire failed with `error` while a create of ours may
@@ -316,11 +248,12 @@ impl Holder {
     /// does not block everyone until it goes stale. Returns the error to
     /// report, saying so if the object could not be removed.
     fn remove_leftover(&self, identity: &str, error: Error) -> Error {
+        let requests = self.requests();
         let until = Some(Instant::now() + LEFTOVER_CLEANUP);
         let never = &|| false;
-        let removed = self
+        let removed = requests
             .call("read", || self.store.get(), until, never)
-            .and_then(|answer| self.answered("read", answer))
+            .and_then(|answer| requests.answered("read", answer))
             .and_then(|read| match read {
                 Ok(Reply {
                     value: Some(object),
@@ -354,114 +287,5 @@ impl Holder {
                 error
             }
         }
-    }
-
-    /// Releases a hold: deletes our version. Ok(false) if the object was no
-    /// longer ours (taken over after going stale, or deleted). Transient
-    /// failures are retried until the lease runs out (at least
-    /// [`SHORTEST_RETRY`]): until then nobody else can have it.
-    pub(crate) fn release(&self, hold: Hold, interrupted: &dyn Fn() -> bool) -> Result<bool> {
-        let identity = hold.identity.clone();
-        let was_healthy = hold.health.is_healthy();
-        let until = Some(limits::from_now(
-            hold.health.valid_until().left().max(SHORTEST_RETRY),
-        ));
-        let mut version = hold.stop();
-        let mut delete_may_have_landed = false;
-        // Twice at most: a refresh whose reply was lost may have moved the
-        // metageneration once.
-        for _ in 0..2 {
-            let answer = self.call("delete", || self.store.delete(version), until, interrupted)?;
-            delete_may_have_landed |= answer.retried;
-            if self.answered("delete", answer)?.is_ok() {
-                return Ok(true);
-            }
-            match self.still_ours(&identity, version, until, interrupted)? {
-                Some(current) if current != version => version = current,
-                // Gone, or someone else's. If an earlier try of this delete
-                // may have landed while the lease was live, nobody could
-                // have had the lock before it: that was our release.
-                _ => return Ok(delete_may_have_landed && was_healthy),
-            }
-        }
-        Ok(false)
-    }
-
-    /// The current version if the object is still the generation we
-    /// created under our identity; None if a read shows it is not.
-    fn still_ours(
-        &self,
-        identity: &str,
-        version: Version,
-        until: Option<Instant>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<Option<Version>> {
-        let read = self.call("read", || self.store.get(), until, interrupted)?;
-        Ok(match self.answered("read", read)? {
-            Ok(Reply {
-                value: Some(object),
-                ..
-            }) if object.version.generation == version.generation
-                && object.identity.as_deref() == Some(identity) =>
-            {
-                Some(object.version)
-            }
-            _ => None,
-        })
-    }
-
-    /// Whether the object exists, and whether `identity` holds it.
-    pub(crate) fn inspect(&self, identity: &str) -> Result<(bool, bool)> {
-        let until = Some(Instant::now() + SHORTEST_RETRY);
-        let read = self.call("read", || self.store.get(), until, &|| false)?;
-        match self.answered("read", read)? {
-            Ok(Reply {
-                value: Some(object),
-                ..
-            }) => Ok((true, object.identity.as_deref() == Some(identity))),
-            Ok(_) => Ok((false, false)),
-            Err(other) => Err(self.backend("read", other.to_string())),
-        }
-    }
-
-    fn hold(self: &Arc<Self>, identity: &str, version: Version, deadline: Stamp) -> Hold {
-        let health = Arc::new(Health::new(deadline));
-        let generation = version.generation;
-        let version = Arc::new(tokio::sync::Mutex::new(version));
-        let refresher = runtime::spawn(refresh_loop(
-            self.clone(),
-            identity.to_owned(),
-            version.clone(),
-            health.clone(),
-        ));
-        Hold {
-            identity: identity.to_owned(),
-            generation,
-            health,
-            version,
-            refresher,
-        }
-    }
-
-    /// Until when a write sent at `sent` that set `expires_at` to `written`
-    /// (server time) surely keeps the object ours: until the server's
-    /// clock, at its fastest by the replies seen, reaches `written`. Without
-    /// any dated reply (a server sending no `Date`), the TTL from the send
-    /// less a margin for clocks that nearly agree.
-    pub(crate) fn deadline(&self, written: f64, sent: Stamp) -> Stamp {
-        self.clock.deadline(written).unwrap_or_else(|| {
-            let ttl = self.lease.ttl;
-            sent + (ttl - (ttl / 10).min(Duration::from_millis(500)))
-        })
-    }
-
-    pub(crate) fn record_refresh_error(&self, message: &str) {
-        *self
-            .last_refresh_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(message.to_owned());
-        self.log(log::Level::Error, || {
-            format!("Error refreshing lock: {message}")
-        });
     }
 }

@@ -1,14 +1,15 @@
-//! Asking the store until a deadline: transient failures (429, 5xx,
-//! timeouts, resets, a token that could not be fetched) are retried with
-//! backoff until the caller's time is up, never a fixed number of times,
-//! and the caller learns whether an earlier try may have landed.
+//! Asking the store: each request bounded by the request timeout, each
+//! dated reply teaching the server's clock; from a caller's thread,
+//! transient failures (429, 5xx, timeouts, resets, a token that could not
+//! be fetched) are retried with backoff until the caller's time is up,
+//! never a fixed number of times, and the caller learns whether an earlier
+//! try may have landed.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use super::holder::Holder;
-use super::refresh::with_timeout;
-use super::store::{Reply, StoreError};
+use super::clock::ServerClock;
+use super::store::{Reply, Store, StoreError};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::limits;
@@ -24,6 +25,18 @@ pub(crate) const SHORTEST_RETRY: Duration = Duration::from_secs(2);
 /// Longest sleep between two interrupt checks.
 const INTERRUPT_SLICE: Duration = Duration::from_millis(50);
 
+/// The store as one lock asks it: the engine's store, clock, request
+/// timeout and log, borrowed for the requests at hand.
+#[derive(Clone, Copy)]
+pub(crate) struct Requests<'a> {
+    pub(crate) store: &'a dyn Store,
+    pub(crate) clock: &'a ServerClock,
+    pub(crate) timeout: Duration,
+    /// "lock gs://bucket/path", for messages.
+    pub(crate) what: &'a str,
+    pub(crate) log: &'a (dyn Fn(log::Level, &str) + Send + Sync),
+}
+
 /// How a store operation ended after its retries.
 pub(crate) struct Answer<T> {
     /// The server's answer; `Transient` when retrying ran out of time.
@@ -32,13 +45,26 @@ pub(crate) struct Answer<T> {
     pub(crate) retried: bool,
 }
 
-impl Holder {
+impl Requests<'_> {
+    /// One request with the request timeout; a dated reply teaches the clock.
+    pub(crate) async fn ask<T>(
+        self,
+        request: impl Future<Output = Result<Reply<T>, StoreError>>,
+    ) -> Result<Reply<T>, StoreError> {
+        let sent = Stamp::now();
+        let outcome = with_timeout(self.timeout, request).await;
+        if let Ok(reply) = &outcome {
+            self.clock.observe(sent, Stamp::now(), reply.server_time);
+        }
+        outcome
+    }
+
     /// Runs a store operation from the caller's thread (the runtime
     /// thread drives its I/O), with the request timeout. Transient failures
     /// are retried with backoff until `until` (None: for ever), never a
     /// fixed number of times. Err only when `interrupted` fires.
     pub(crate) fn call<T, F>(
-        &self,
+        self,
         operation: &str,
         request: impl Fn() -> F,
         until: Option<Instant>,
@@ -50,15 +76,12 @@ impl Holder {
         let mut wait = RETRY_FIRST_WAIT;
         let mut retried = false;
         loop {
-            let sent = Stamp::now();
-            let outcome = runtime::block_on(with_timeout(self.request_timeout, request()));
-            let message = match outcome {
+            let message = match runtime::block_on(self.ask(request())) {
                 Ok(reply) => {
-                    self.clock.observe(sent, Stamp::now(), reply.server_time);
                     return Ok(Answer {
                         result: Ok(reply),
                         retried,
-                    });
+                    })
                 }
                 Err(StoreError::Transient(message)) => message,
                 Err(refusal) => {
@@ -76,13 +99,14 @@ impl Holder {
                 });
             }
             let pause = until.map_or(wait, |until| wait.min(until - now));
-            self.log(log::Level::Warn, || {
-                format!(
+            (self.log)(
+                log::Level::Warn,
+                &format!(
                     "{operation} {} failed, retrying in {pause:?}: {message}",
                     self.what
-                )
-            });
-            sleep_interruptibly(pause, interrupted, &self.what)?;
+                ),
+            );
+            sleep_interruptibly(pause, interrupted, self.what)?;
             wait = (wait * 2).min(RETRY_MAX_WAIT);
             retried = true;
         }
@@ -90,7 +114,7 @@ impl Holder {
 
     /// The server's answer of `answer`, or the error that retrying ran out.
     pub(crate) fn answered<T>(
-        &self,
+        self,
         operation: &str,
         answer: Answer<T>,
     ) -> Result<Result<Reply<T>, StoreError>> {
@@ -101,6 +125,22 @@ impl Holder {
             )),
             other => Ok(other),
         }
+    }
+
+    /// The error for a store operation that failed for good.
+    pub(crate) fn backend(self, operation: &str, message: String) -> Error {
+        Error::backend(&self.store.describe(), operation, message)
+    }
+}
+
+/// A store operation that takes longer than `limit` counts as transient.
+async fn with_timeout<T>(
+    limit: Duration,
+    request: impl Future<Output = Result<Reply<T>, StoreError>>,
+) -> Result<Reply<T>, StoreError> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(StoreError::Transient(format!("no reply within {limit:?}"))),
     }
 }
 

@@ -1,0 +1,284 @@
+//! Taking the quorum read/write lock.
+//!
+//! An attempt asks every node at once and waits until a quorum granted, a
+//! quorum became impossible, or the attempt's deadline passed (past it only
+//! while too few answers are in to tell, see `attempt`). Without
+//! quorum, everything granted is released (late grants by the tasks that
+//! get them, see `fanout.rs`) and the next attempt follows after a jittered
+//! backoff. A write needs a strict majority, n/2+1; a read ⌈n/2⌉: a write
+//! set and a read set always share a node, and no node grants both, so a
+//! read and a write can never both reach quorum.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::backoff::{backoff, BACKOFF_MAX, UNREACHABLE_BACKOFF_MAX};
+use super::engine::{Hold, Quorum, POLL};
+use super::fanout::{Interrupted, Round};
+use super::node::{acquire, release, Mode, Request};
+use super::tally::{write_quorum, Tally};
+use crate::clock::Stamp;
+use crate::error::{Error, Result};
+use crate::identity::random_hex;
+use crate::limits;
+
+/// Shortest attempt a tight user timeout still allows.
+const MIN_ATTEMPT: Duration = Duration::from_millis(100);
+
+/// How one attempt ended.
+enum Attempt {
+    Held(Hold),
+    /// Denied by a quorum of answers, or cut by the caller's deadline.
+    Busy,
+    /// Every node was new: their guard ended, so ask again at once (a
+    /// try-once on new nodes must not fail for that).
+    Adopted,
+    /// Fewer nodes than a quorum answered: worth retrying, they may be
+    /// restarting.
+    Unreachable(Error),
+}
+
+impl Quorum {
+    /// The lock in `mode`, for messages.
+    fn describe(&self, mode: Mode) -> String {
+        match mode {
+            Mode::Write => format!("the write lock of {}", self.what),
+            Mode::Read => format!("a read lock of {}", self.what),
+        }
+    }
+
+    /// Waits up to `timeout` (None: forever, zero: one attempt) for a grant
+    /// from a quorum. Ok(None) when the timeout ran out.
+    pub(crate) fn acquire(
+        self: &Arc<Self>,
+        mode: Mode,
+        identity: &str,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<Hold>> {
+        let waited = self.wait_for_grant(mode, identity, timeout, interrupted);
+        if mode == Mode::Write && !matches!(waited, Ok(Some(_))) {
+            self.withdraw(identity);
+        }
+        waited
+    }
+
+    /// Repeats attempts until one gets a quorum. A round that missed it
+    /// because too few nodes answered is repeated too (as dsync does):
+    /// nodes restart, and a wait with a timeout (or none) should ride that
+    /// out; a try-once (zero timeout) reports it at once, and a wait whose
+    /// last attempt found too few nodes ends with that error, not a timeout.
+    fn wait_for_grant(
+        self: &Arc<Self>,
+        mode: Mode,
+        identity: &str,
+        timeout: Option<Duration>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Option<Hold>> {
+        let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
+        let (mut attempt, mut adopted) = (0u32, false);
+        loop {
+            let mut pause = backoff(attempt, BACKOFF_MAX);
+            let mut unreachable = None;
+            match self.attempt(mode, identity, give_up_at, interrupted)? {
+                Attempt::Held(hold) => return Ok(Some(hold)),
+                Attempt::Adopted if !adopted => {
+                    adopted = true;
+                    continue;
+                }
+                Attempt::Busy | Attempt::Adopted => {}
+                Attempt::Unreachable(e) if timeout.is_some_and(|t| t.is_zero()) => return Err(e),
+                Attempt::Unreachable(e) => {
+                    pause = backoff(attempt, UNREACHABLE_BACKOFF_MAX);
+                    unreachable = Some(e);
+                }
+            }
+            let now = Instant::now();
+            let mut wake_at = now + pause;
+            if let Some(at) = give_up_at {
+                if now >= at {
+                    return unreachable.map_or(Ok(None), Err);
+                }
+                wake_at = wake_at.min(at);
+            }
+            while Instant::now() < wake_at {
+                if interrupted() {
+                    return Err(Error::Interrupted(self.describe(mode)));
+                }
+                std::thread::sleep(wake_at.min(Instant::now() + POLL) - Instant::now());
+            }
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    fn attempt(
+        self: &Arc<Self>,
+        mode: Mode,
+        identity: &str,
+        give_up_at: Option<Instant>,
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Attempt> {
+        let n = self.nodes.len();
+        let quorum = self.quorum(mode);
+        let request = self.request(mode, identity);
+        let sent = Instant::now();
+        // The lease is measured from here, on the clock that counts a suspend.
+        let lease_start = Stamp::now();
+        let mut deadline = sent + self.attempt_timeout;
+        if let Some(at) = give_up_at {
+            deadline = deadline.min(at.max(sent + MIN_ATTEMPT));
+        }
+        let round = Round::start(
+            &self.nodes,
+            0..n,
+            self.request_timeout,
+            Some(request.clone()),
+            |node| acquire(node, request.clone()),
+        );
+        let outcome = round
+            .wait(Some(deadline), interrupted, quorum)
+            .and_then(|tally| {
+                self.wait_on(
+                    &round,
+                    tally,
+                    sent,
+                    deadline,
+                    give_up_at,
+                    interrupted,
+                    quorum,
+                )
+            });
+        let Ok(tally) = outcome else {
+            self.release_granted(&request, &round.close());
+            return Err(Error::Interrupted(self.describe(mode)));
+        };
+        if tally.yes >= quorum {
+            let candidate = round.granted().iter().map(|&(_, v)| v).max().unwrap_or(0);
+            return Ok(Attempt::Held(self.hold(
+                request,
+                round,
+                candidate,
+                lease_start,
+            )));
+        }
+        // Grants recorded from here on are released by their own tasks.
+        self.release_granted(&request, &round.close());
+        if let Some((node, theirs)) = round.other_nodes(&self.nodes) {
+            return Err(self.other_node_list(&node, &theirs));
+        }
+        if tally.recovering == n {
+            self.adopt_new_nodes();
+            return Ok(Attempt::Adopted);
+        }
+        // Nodes that said no are up: a quorum of answers without a quorum
+        // of grants is a busy lock, to wait for; fewer answers than a
+        // quorum once every node answered or failed (refused, or silent
+        // past its request timeout) means too few nodes are reachable to
+        // ever grant it. Answers still pending here mean the caller's
+        // deadline passed first: a timeout, like a denied attempt.
+        if tally.pending == 0 && tally.answered() < quorum {
+            return Ok(Attempt::Unreachable(
+                self.too_few_answered(mode, tally, &round),
+            ));
+        }
+        Ok(Attempt::Busy)
+    }
+
+    /// Every node is inside its restart guard: none remembers a grant, so
+    /// they are new (or all lost their data together, when no lease is
+    /// left to protect either): they may grant at once (`adopt.lua`).
+    fn adopt_new_nodes(&self) {
+        let n = self.nodes.len();
+        self.confirm(0..n, write_quorum(n), |node| node.adopt());
+    }
+
+    fn other_node_list(&self, node: &str, theirs: &str) -> Error {
+        Error::config(format!(
+            "{}: this client lists {} servers (fingerprint {}), but a holder of \
+             this name on {node} listed {} (fingerprint {theirs}); every client \
+             of a quorum lock must use the same list of servers, or they do \
+             not exclude each other",
+            self.what,
+            self.nodes.len(),
+            self.fingerprint,
+            theirs.split('-').next().unwrap_or("other servers"),
+        ))
+    }
+
+    /// Waits on past the attempt's deadline when the answers in cannot
+    /// tell what the round means yet.
+    #[allow(clippy::too_many_arguments)]
+    fn wait_on(
+        &self,
+        round: &Round,
+        tally: Tally,
+        sent: Instant,
+        deadline: Instant,
+        give_up_at: Option<Instant>,
+        interrupted: &dyn Fn() -> bool,
+        quorum: usize,
+    ) -> std::result::Result<Tally, Interrupted> {
+        if tally.yes >= quorum || tally.pending == 0 {
+            return Ok(tally);
+        }
+        let until = give_up_at.map(|at| at.max(deadline));
+        if tally.answered() < quorum {
+            // Too few answers in to tell a busy lock from nodes that are
+            // down: answers on their way are from nodes not yet known to
+            // be down (a slow link, a first connection), so wait on for
+            // them. Each request fails by its own timeout at the latest;
+            // the caller's deadline, if it comes first, makes the attempt
+            // a timeout, never "too few reachable".
+            return round.wait(until, interrupted, quorum);
+        }
+        if tally.recovering == tally.answered() {
+            // Every answer so far from a node in its restart guard: the
+            // nodes may all be new, which only the last answers can tell
+            // (see `adopt_new_nodes`). Worth a wait on first contact.
+            let first_contact = sent + self.request_timeout;
+            let until = until.map_or(first_contact, |at| at.min(first_contact));
+            return round.wait(Some(until), interrupted, usize::MAX);
+        }
+        Ok(tally)
+    }
+
+    /// A fresh uid per attempt; the waiting mark is the holder's own.
+    fn request(&self, mode: Mode, identity: &str) -> Arc<Request> {
+        Arc::new(Request {
+            resource: self.resource.clone(),
+            uid: format!("{identity}#{}", random_hex(6)),
+            waiter: identity.to_owned(),
+            mode,
+            ttl_ms: self.lease.ttl_ms(),
+            waiting_ms: self.waiting_mark.as_millis() as u64,
+            fingerprint: self.fingerprint.clone(),
+        })
+    }
+
+    /// A writer that gave up takes its "writer waiting" mark back, so
+    /// readers need not wait for it to lapse. Best effort, not awaited.
+    fn withdraw(&self, identity: &str) {
+        let request = self.request(Mode::Write, identity);
+        self.send(0..self.nodes.len(), |node| node.unlock(request.clone()));
+    }
+
+    fn too_few_answered(&self, mode: Mode, tally: Tally, round: &Round) -> Error {
+        let n = self.nodes.len();
+        let mut message = format!(
+            "only {} of {n} nodes answered, {} needed",
+            tally.answered(),
+            self.quorum(mode)
+        );
+        if let Some(failure) = round.first_failure() {
+            message.push_str(&format!("; first failure: {failure}"));
+        }
+        Error::backend(&format!("{n} nodes"), &self.describe(mode), message)
+    }
+
+    /// Releases `granted` without waiting: the requests end on their own.
+    fn release_granted(&self, request: &Arc<Request>, granted: &[(usize, u64)]) {
+        self.send(granted.iter().map(|&(i, _)| i), |node| {
+            release(node, request.clone())
+        });
+    }
+}

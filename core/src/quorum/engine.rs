@@ -1,0 +1,309 @@
+//! The engine of the quorum read/write lock, dsync's `drwmutex.go` on N
+//! independent Redis servers: what every hold of one name shares, and a
+//! hold's life after a quorum granted it (taking it is `acquire.rs`):
+//! refreshed in the background, fenced, and given back.
+//!
+//! Fencing: every write grant on a node returns that node's next fencing
+//! value, `max(last + 1, server time in µs)`. The holder's token is the max
+//! over the quorum that granted it, and is *sealed* before it is first
+//! handed out: written back to a write quorum of nodes, each of which
+//! still holds the grant (so no later writer has been granted there yet).
+//! Any later writer's quorum shares a node X with that sealed set, and X
+//! granted the later writer after the seal, so X's value for it, and with
+//! it the later token, is larger. Tokens never read are never sealed, and
+//! need not be: nobody fenced anything with them.
+//!
+//! That needs X to remember the seal whenever the later writer comes, after
+//! any idle time: the server-time seed cannot stand in for a forgotten
+//! value, as node clocks may differ by any amount (a token from a node
+//! hours ahead stays above the other nodes' clocks for those hours). So a
+//! node's last value never expires; it is one counter per node for every
+//! name (`node.rs`), so nothing accumulates as names come and go. Only a
+//! node that loses its data (restarted without persistence) falls back to
+//! its own clock.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use super::backoff::{backoff, UNREACHABLE_BACKOFF_MAX};
+use super::fanout::{ask_all, Round};
+use super::node::{release, Grant, Mode, NetLocker, Reply, Request};
+use super::tally::{read_quorum, write_quorum};
+use crate::clock::Stamp;
+use crate::error::{Error, Result};
+use crate::health::Health;
+use crate::lease::Lease;
+use crate::runtime;
+
+/// Everything the attempts and the refreshers share.
+pub(crate) struct Quorum {
+    pub(crate) nodes: Vec<Arc<dyn NetLocker>>,
+    pub(crate) resource: String,
+    pub(crate) lease: Lease,
+    /// How long one attempt waits for answers.
+    pub(crate) attempt_timeout: Duration,
+    /// How long one request may run; bounds every task of the fan-out.
+    pub(crate) request_timeout: Duration,
+    /// How long a waiting writer's mark keeps new readers out.
+    pub(crate) waiting_mark: Duration,
+    /// "rw lock \"index\"", for messages.
+    pub(crate) what: String,
+    /// The node list, as every grant records it (see `lock.rs`).
+    pub(crate) fingerprint: Arc<str>,
+}
+
+/// One held read or write lock.
+pub(crate) struct Hold {
+    pub(crate) mode: Mode,
+    request: Arc<Request>,
+    /// The acquire round, kept open: grants that arrive after quorum join
+    /// the hold and are refreshed and released with it.
+    round: Arc<Round>,
+    /// Max fencing value of the granting quorum; the token once sealed.
+    candidate: u64,
+    sealed: Mutex<Option<u64>>,
+    pub(crate) health: Arc<Health>,
+    refresher: JoinHandle<()>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.refresher.abort();
+    }
+}
+
+impl Quorum {
+    /// How many grants a hold in `mode` needs.
+    pub(crate) fn quorum(&self, mode: Mode) -> usize {
+        match mode {
+            Mode::Write => write_quorum(self.nodes.len()),
+            Mode::Read => read_quorum(self.nodes.len()),
+        }
+    }
+
+    /// Sends `call` to `targets` and lets the requests finish on their own.
+    pub(crate) fn send(
+        &self,
+        targets: impl IntoIterator<Item = usize>,
+        call: impl Fn(Arc<dyn NetLocker>) -> Reply<bool>,
+    ) {
+        Round::start(&self.nodes, targets, self.request_timeout, None, |node| {
+            as_answer(call(node))
+        });
+    }
+
+    /// Sends `call` to `targets` and waits, at most one attempt's time,
+    /// until `quorum` of them said yes; returns how many did, and the round
+    /// (whose requests go on).
+    pub(crate) fn confirm(
+        &self,
+        targets: impl IntoIterator<Item = usize>,
+        quorum: usize,
+        call: impl Fn(Arc<dyn NetLocker>) -> Reply<bool>,
+    ) -> (usize, Arc<Round>) {
+        let round = Round::start(&self.nodes, targets, self.request_timeout, None, |node| {
+            as_answer(call(node))
+        });
+        let deadline = Instant::now() + self.attempt_timeout;
+        match round.wait(Some(deadline), &|| false, quorum) {
+            Ok(tally) => (tally.yes, round),
+            Err(_) => unreachable!("never interrupted"),
+        }
+    }
+
+    /// A hold of what `round` granted, kept alive from now on by its own
+    /// refresher.
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        request: Arc<Request>,
+        round: Arc<Round>,
+        candidate: u64,
+        sent: Stamp,
+    ) -> Hold {
+        let health = Arc::new(Health::new(sent + self.lease.ttl));
+        let refresher = runtime::spawn(refresh_loop(
+            self.clone(),
+            request.clone(),
+            round.clone(),
+            health.clone(),
+        ));
+        Hold {
+            mode: request.mode,
+            request,
+            round,
+            candidate,
+            sealed: Mutex::new(None),
+            health,
+            refresher,
+        }
+    }
+
+    /// Gives the grants back; Ok(false) when a quorum of them had already
+    /// been lost (what the lock protected may have been touched meanwhile).
+    pub(crate) fn release(&self, hold: &Hold) -> Result<bool> {
+        hold.refresher.abort();
+        let granted = hold.round.close();
+        let quorum = self.quorum(hold.mode);
+        let (released, round) = self.confirm(granted.iter().map(|&(i, _)| i), quorum, |node| {
+            release(node, hold.request.clone())
+        });
+        self.retry_release(hold, round);
+        Ok(released >= quorum)
+    }
+
+    /// Gives back, in the background, the grants of nodes that did not
+    /// answer the release: otherwise the next holder waits out their whole
+    /// TTL. Retried until each node answered or the lease ran out (the
+    /// grant has expired by then); the caller does not wait.
+    fn retry_release(&self, hold: &Hold, round: Arc<Round>) {
+        runtime::spawn(release_missed(
+            self.nodes.clone(),
+            hold.request.clone(),
+            round,
+            self.request_timeout,
+            hold.health.valid_until(),
+        ));
+    }
+
+    /// The write hold's fencing token, sealed on a write quorum first (see
+    /// the module docs). Read holds have none.
+    pub(crate) fn fencing_token(&self, hold: &Hold) -> Result<Option<u64>> {
+        if hold.mode == Mode::Read {
+            return Ok(None);
+        }
+        let mut sealed = hold.sealed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(token) = *sealed {
+            return Ok(Some(token));
+        }
+        hold.health.check(&self.what)?;
+        let quorum = self.quorum(Mode::Write);
+        let token = hold.candidate;
+        let targets = hold.round.granted().into_iter().map(|(i, _)| i);
+        let (recorded, _) = self.confirm(targets, quorum, |node| {
+            node.seal(hold.request.clone(), token)
+        });
+        if recorded < quorum {
+            return Err(Error::LockUnhealthy {
+                what: self.what.clone(),
+                reason: format!(
+                    "its fencing token could be recorded on only {recorded} nodes, {quorum} needed"
+                ),
+            });
+        }
+        *sealed = Some(token);
+        Ok(Some(token))
+    }
+}
+
+/// Longest sleep between two looks at an interrupt check or at the
+/// answers still on their way.
+pub(crate) const POLL: Duration = Duration::from_millis(50);
+
+/// A yes/no request as a round answer.
+fn as_answer(reply: Reply<bool>) -> Reply<Grant> {
+    Box::pin(async move {
+        Ok(match reply.await? {
+            true => Grant::Yes(0),
+            false => Grant::No,
+        })
+    })
+}
+
+/// The background part of [`Quorum::retry_release`].
+async fn release_missed(
+    nodes: Vec<Arc<dyn NetLocker>>,
+    request: Arc<Request>,
+    round: Arc<Round>,
+    request_timeout: Duration,
+    lease_end: Stamp,
+) {
+    // Retry only once every first request answered or timed out (and a
+    // connection that went silent under it was dropped); usually that is
+    // at once, and the task ends.
+    let settle_by = Instant::now() + request_timeout;
+    let mut look = Duration::from_millis(5);
+    while round.pending() > 0 && Instant::now() < settle_by {
+        tokio::time::sleep(look).await;
+        look = (look * 2).min(POLL);
+    }
+    let mut left = round.unanswered();
+    let mut attempt = 0;
+    while !left.is_empty() && !lease_end.has_passed() {
+        if attempt > 0 {
+            tokio::time::sleep(backoff(attempt, UNREACHABLE_BACKOFF_MAX)).await;
+        }
+        let outcomes = ask_all(&nodes, &left, request_timeout, |node| {
+            release(node, request.clone())
+        })
+        .await;
+        left = outcomes
+            .into_iter()
+            .filter_map(|(i, outcome)| outcome.is_err().then_some(i))
+            .collect();
+        attempt += 1;
+    }
+}
+
+/// Keeps a hold's grants alive until aborted. A refresh that leaves fewer
+/// than a quorum of live grants marks the hold lost at once; a quorum that
+/// could not be asked counts as a transient failure, and
+/// `max_refresh_fails` of those in a row mark it lost too.
+async fn refresh_loop(
+    quorum: Arc<Quorum>,
+    request: Arc<Request>,
+    round: Arc<Round>,
+    health: Arc<Health>,
+) {
+    let lease = &quorum.lease;
+    let needed = quorum.quorum(request.mode);
+    let mut failures = 0;
+    loop {
+        tokio::time::sleep(lease.refresh_every).await;
+        let sent = Stamp::now();
+        let targets: Vec<usize> = round.granted().iter().map(|&(i, _)| i).collect();
+        let outcomes = ask_all(&quorum.nodes, &targets, quorum.request_timeout, |node| {
+            node.refresh(request.clone())
+        })
+        .await;
+        let (mut live, mut unknown, mut last_error) = (0, 0, None);
+        for (index, outcome) in outcomes {
+            match outcome {
+                Ok(true) => live += 1,
+                Ok(false) => round.forget(index),
+                Err(e) => {
+                    unknown += 1;
+                    last_error = Some(e);
+                }
+            }
+        }
+        if live >= needed {
+            failures = 0;
+            health.extend(sent + lease.ttl);
+            continue;
+        }
+        if live + unknown < needed {
+            let reason = format!(
+                "only {live} of {} nodes still hold its grant, {needed} needed",
+                quorum.nodes.len()
+            );
+            log::warn!("{} lost: {reason}", quorum.what);
+            health.mark_lost(reason);
+            return;
+        }
+        failures += 1;
+        let error = last_error.map(|e| e.to_string()).unwrap_or_default();
+        log::warn!(
+            "refreshing {} reached only {live} nodes ({failures}/{}): {error}",
+            quorum.what,
+            lease.max_refresh_fails
+        );
+        if failures >= lease.max_refresh_fails {
+            health.mark_lost(format!(
+                "{failures} refreshes in a row reached fewer than {needed} nodes, the last with: {error}"
+            ));
+            return;
+        }
+    }
+}
