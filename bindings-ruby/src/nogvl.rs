@@ -144,6 +144,8 @@ where
     let flags = (RB_NOGVL_INTR_FAIL | RB_NOGVL_UBF_ASYNC_SAFE) as std::os::raw::c_int;
     // SAFETY: `call` and `interrupted` outlive the call; `run` touches no
     // Ruby object, `unblock` only the flag.
+    // The binding's one release of the GVL (clippy.toml bans it elsewhere).
+    #[allow(clippy::disallowed_methods)]
     unsafe {
         rb_nogvl(Some(run::<F, R>), call_ptr, Some(unblock), flag_ptr, flags);
     }
