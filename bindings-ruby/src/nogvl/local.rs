@@ -1,15 +1,15 @@
 //! What [`NoGvl::nonblocking`](super::NoGvl::nonblocking) lets a binding
 //! reach while it keeps the GVL: the local state of a core object (flags,
 //! ids, tokens, settings), never a method that may ask the server. A
-//! [`Local`] view forwards only the core methods documented to touch no
-//! server, one `impl` per core type below, so asking Redis with the GVL
+//! [`Local`] view forwards only the core methods listed below, each
+//! documented in core to touch no server, so asking Redis with the GVL
 //! held (`lock.locked()`, `session.destroy()`) does not compile: such a
-//! call has to go through `blocking`. Add a method here only if its core
+//! call has to go through `blocking`. List a method here only if its core
 //! documentation says it reads a flag, the clock or settings.
 
 use std::time::Duration;
 
-use lockyard::{gcs, quorum, redis};
+use lockyard::{gcs, quorum, redis, Result};
 
 /// A core object seen by a call that keeps the GVL: only the methods below.
 pub(crate) struct Local<'a, T>(&'a T);
@@ -21,124 +21,78 @@ impl<'a, T> Local<'a, T> {
     }
 }
 
-impl Local<'_, redis::Lock> {
-    pub(crate) fn healthy(&self) -> bool {
-        self.0.healthy()
-    }
-    pub(crate) fn check_health(&self) -> lockyard::Result<()> {
-        self.0.check_health()
-    }
-    pub(crate) fn fencing_token(&self) -> Option<u64> {
-        self.0.fencing_token()
-    }
-    pub(crate) fn identity(&self) -> String {
-        self.0.identity()
-    }
-    pub(crate) fn default_timeout(&self) -> Option<Duration> {
-        self.0.default_timeout()
-    }
+/// `local!(Core { fn name(args) -> Type; ... })`: `Local<Core>` gets each
+/// listed method, calling the core method of the same name.
+macro_rules! local {
+    ($core:ty { $(fn $name:ident($($arg:ident: $arg_type:ty),*) -> $output:ty;)* }) => {
+        impl Local<'_, $core> {
+            $(
+                pub(crate) fn $name(&self, $($arg: $arg_type),*) -> $output {
+                    self.0.$name($($arg),*)
+                }
+            )*
+        }
+    };
 }
 
+local!(redis::Lock {
+    fn healthy() -> bool;
+    fn check_health() -> Result<()>;
+    fn fencing_token() -> Option<u64>;
+    fn identity() -> String;
+    fn default_timeout() -> Option<Duration>;
+});
+
+local!(redis::Session {
+    fn healthy() -> bool;
+    fn check_health() -> Result<()>;
+    fn id() -> &str;
+    fn ttl() -> Duration;
+    fn lock_delay() -> Duration;
+    fn behavior() -> redis::Behavior;
+});
+
+/// Binding a lock or an election to a session touches no server either.
 impl Local<'_, redis::Session> {
-    pub(crate) fn healthy(&self) -> bool {
-        self.0.healthy()
-    }
-    pub(crate) fn check_health(&self) -> lockyard::Result<()> {
-        self.0.check_health()
-    }
-    pub(crate) fn id(&self) -> &str {
-        self.0.id()
-    }
-    pub(crate) fn ttl(&self) -> Duration {
-        self.0.ttl()
-    }
-    pub(crate) fn lock_delay(&self) -> Duration {
-        self.0.lock_delay()
-    }
-    pub(crate) fn behavior(&self) -> redis::Behavior {
-        self.0.behavior()
-    }
     /// `builder`'s lock, to be held under this session.
     pub(crate) fn bind(&self, builder: redis::LockBuilder) -> redis::LockBuilder {
         builder.session(self.0)
     }
     /// The election `name`, campaigning under this session.
-    pub(crate) fn election(&self, url: &str, name: &str) -> lockyard::Result<redis::Election> {
+    pub(crate) fn election(&self, url: &str, name: &str) -> Result<redis::Election> {
         redis::Election::new(url, name, self.0)
     }
 }
 
-impl Local<'_, redis::WaitGroup> {
-    pub(crate) fn healthy(&self, token: &str) -> bool {
-        self.0.healthy(token)
-    }
-    pub(crate) fn check_health(&self, token: &str) -> lockyard::Result<()> {
-        self.0.check_health(token)
-    }
-    pub(crate) fn fencing_token(&self, token: &str) -> Option<u64> {
-        self.0.fencing_token(token)
-    }
-}
+local!(redis::WaitGroup {
+    fn healthy(token: &str) -> bool;
+    fn check_health(token: &str) -> Result<()>;
+    fn fencing_token(token: &str) -> Option<u64>;
+});
 
-impl Local<'_, redis::Election> {
-    pub(crate) fn is_leader(&self) -> bool {
-        self.0.is_leader()
-    }
-    pub(crate) fn check_health(&self) -> lockyard::Result<()> {
-        self.0.check_health()
-    }
-    pub(crate) fn fencing_token(&self) -> Option<u64> {
-        self.0.fencing_token()
-    }
-    pub(crate) fn observe(&self) -> redis::Observer {
-        self.0.observe()
-    }
-}
+local!(redis::Election {
+    fn is_leader() -> bool;
+    fn check_health() -> Result<()>;
+    fn fencing_token() -> Option<u64>;
+    fn observe() -> redis::Observer;
+});
 
-impl Local<'_, quorum::RwLock> {
-    pub(crate) fn held(&self) -> bool {
-        self.0.held()
-    }
-    pub(crate) fn healthy(&self) -> bool {
-        self.0.healthy()
-    }
-    pub(crate) fn check_health(&self) -> lockyard::Result<()> {
-        self.0.check_health()
-    }
-    pub(crate) fn nodes(&self) -> &[String] {
-        self.0.nodes()
-    }
-    pub(crate) fn default_timeout(&self) -> Option<Duration> {
-        self.0.default_timeout()
-    }
-}
+local!(quorum::RwLock {
+    fn held() -> bool;
+    fn healthy() -> bool;
+    fn check_health() -> Result<()>;
+    fn nodes() -> &[String];
+    fn default_timeout() -> Option<Duration>;
+});
 
-impl Local<'_, gcs::Lock> {
-    pub(crate) fn healthy(&self) -> bool {
-        self.0.healthy()
-    }
-    pub(crate) fn check_health(&self) -> lockyard::Result<()> {
-        self.0.check_health()
-    }
-    pub(crate) fn last_refresh_error(&self) -> Option<String> {
-        self.0.last_refresh_error()
-    }
-    pub(crate) fn owned_according_to_internal_state(&self) -> bool {
-        self.0.owned_according_to_internal_state()
-    }
-    pub(crate) fn locked_according_to_internal_state(&self) -> bool {
-        self.0.locked_according_to_internal_state()
-    }
-    pub(crate) fn fencing_token(&self) -> Option<u64> {
-        self.0.fencing_token()
-    }
-    pub(crate) fn identity(&self) -> String {
-        self.0.identity()
-    }
-    pub(crate) fn default_timeout(&self) -> Option<Duration> {
-        self.0.default_timeout()
-    }
-    pub(crate) fn ttl(&self) -> Duration {
-        self.0.ttl()
-    }
-}
+local!(gcs::Lock {
+    fn healthy() -> bool;
+    fn check_health() -> Result<()>;
+    fn last_refresh_error() -> Option<String>;
+    fn owned_according_to_internal_state() -> bool;
+    fn locked_according_to_internal_state() -> bool;
+    fn fencing_token() -> Option<u64>;
+    fn identity() -> String;
+    fn default_timeout() -> Option<Duration>;
+    fn ttl() -> Duration;
+});
