@@ -12,51 +12,18 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The private redis-server the Python tests start.
+sys.path.append(str(ROOT / "bindings-python" / "tests"))
+from redis_server import Redis
+
 README_PORTS = (6379, 6380, 6381)
 BLOCK = re.compile(r"^```(python|ruby|rust)\n(.*?)^```", re.DOTALL | re.MULTILINE)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    workdir.mkdir()
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return server, f"redis://127.0.0.1:{port}/"
-        time.sleep(0.05)
-    server.kill()
-    raise RuntimeError("redis-server did not start")
 
 
 def rust_command(code: str, workdir: Path) -> list[str]:
@@ -82,13 +49,19 @@ def main(path: str) -> int:
     ran = 0
     with tempfile.TemporaryDirectory(prefix="lockyard-readme-") as tmp:
         workdir = Path(tmp)
-        servers = [start_redis(workdir / str(port)) for port in README_PORTS]
+        servers: list[Redis] = []
         try:
+            for port in README_PORTS:
+                (workdir / str(port)).mkdir()
+                servers.append(Redis(workdir / str(port)))
             for lang, code, line in blocks:
                 if "not run" in code.splitlines()[0]:
                     continue
-                for port, (_, url) in zip(README_PORTS, servers):
-                    code = code.replace(f"redis://127.0.0.1:{port}/", url)
+                for port, server in zip(README_PORTS, servers):
+                    code = code.replace(
+                        f"redis://127.0.0.1:{port}/",
+                        f"redis://127.0.0.1:{server.port}/",
+                    )
                 if lang == "python":
                     command = [sys.executable, "-c", code]
                 elif lang == "ruby":
@@ -113,9 +86,8 @@ def main(path: str) -> int:
                 else:
                     print(f"{path}:{line}: {lang} example ok")
         finally:
-            for server, _ in servers:
-                server.kill()
-                server.wait()
+            for server in servers:
+                server.stop()
     print(f"readme: {ran - failures} passed, {failures} failed")
     return 1 if failures or not ran else 0
 

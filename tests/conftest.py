@@ -10,7 +10,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,44 +18,21 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "workers"))
+# The test-server helpers shared with the binding tests (redis_server,
+# gcs_servers); appended, so a name of this folder's wins (conftest).
+sys.path.append(str(HERE.parent / "bindings-python" / "tests"))
 
 from commands import worker_command
+from redis_server import Redis
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class RedisServer:
-    """A redis-server of our own: no persistence, gone after the test."""
-
-    def __init__(self, directory: Path):
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(directory),
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while self.cli("PING") != "PONG":
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"redis-server did not start on port {self.port}")
-            time.sleep(0.02)
+class RedisServer(Redis):
+    """A redis-server of our own (no persistence, gone after the test),
+    looked at with redis-cli: unlike `Redis.command` it answers "" instead
+    of raising while the server is down (a restart test polls PING through
+    it), and `keys` lists only lockyard's."""
 
     def cli(self, *args: str) -> str:
         result = subprocess.run(
@@ -69,10 +45,6 @@ class RedisServer:
 
     def keys(self, pattern: str = "lockyard:*") -> list[str]:
         return sorted(self.cli("--scan", "--pattern", pattern).split())
-
-    def stop(self) -> None:
-        self.process.kill()
-        self.process.wait()
 
 
 class Worker:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,12 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import Workers
-from holds import overlaps
-
-sys.path.insert(
-    0, str(Path(__file__).resolve().parent.parent / "bindings-python" / "tests")
-)
 from gcs_servers import GcsServer, start_fake_gcs
+from holds import overlaps
 
 
 @pytest.fixture(scope="module")

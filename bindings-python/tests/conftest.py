@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from redis_server import Redis, start_redis
+from redis_server import Redis
 
 
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[Redis]:
     """A fresh redis-server without persistence, killed after the test."""
-    server = start_redis(tmp_path)
+    server = Redis(tmp_path)
     try:
         yield server
     finally:

@@ -6,22 +6,17 @@ it (tests/gcs_fault_proxy.py), each a private process on a free port."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from redis_server import free_port
+
 TESTS = Path(__file__).resolve().parents[2] / "tests"
 FAITHFUL = TESTS / "faithful_gcs.py"
 PROXY = TESTS / "gcs_fault_proxy.py"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class GcsServer:

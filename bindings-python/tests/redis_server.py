@@ -1,5 +1,10 @@
 """A private redis-server for one test, and just enough of a client to look
-at what the library left behind; the package itself has no dependencies."""
+at what the library left behind; the package itself has no dependencies.
+
+The one server helper of every Python test: the binding tests here, the
+cross-language tests (tests/conftest.py) and the README runner
+(scripts/readme_examples.py) import it; it ships in the sdist with the
+binding tests."""
 
 from __future__ import annotations
 
@@ -17,12 +22,41 @@ def free_port() -> int:
 
 
 class Redis:
-    """A client for the checks the tests make (DBSIZE, KEYS, CLIENT PAUSE)."""
+    """A redis-server on a free port, in `directory`, without persistence;
+    gone after `stop()`. Its client makes the checks the tests make (DBSIZE,
+    KEYS, CLIENT PAUSE)."""
 
-    def __init__(self, port: int, process: subprocess.Popen[bytes]) -> None:
-        self.port = port
-        self.url = f"redis://127.0.0.1:{port}/0"
-        self.process = process
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(directory),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if self.command("PING") == "PONG":
+                    return
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(
+                        f"redis-server did not start on port {self.port}"
+                    ) from None
+                time.sleep(0.02)
 
     def stop(self) -> None:
         self.process.kill()
@@ -63,37 +97,3 @@ def _read_reply(reply: BinaryIO) -> object:
     if kind == b"*":
         return [_read_reply(reply) for _ in range(int(rest))]
     raise RuntimeError(f"unexpected reply {line!r}")
-
-
-def start_redis(directory: Path) -> Redis:
-    """Starts redis-server on a free port, in `directory`, without persistence."""
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(directory),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    server = Redis(port, process)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            if server.command("PING") == "PONG":
-                return server
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                server.stop()
-                raise RuntimeError(
-                    f"redis-server did not start on port {port}"
-                ) from None
-            time.sleep(0.02)

@@ -12,7 +12,7 @@ from pathlib import Path
 import lockyard
 import pytest
 from lockyard.quorum import RwLock
-from redis_server import Redis, start_redis
+from redis_server import Redis
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def servers(tmp_path: Path) -> Iterator[list[Redis]]:
         for i in range(5):
             directory = tmp_path / f"node{i}"
             directory.mkdir()
-            started.append(start_redis(directory))
+            started.append(Redis(directory))
         yield started
     finally:
         for server in started:

@@ -58,7 +58,7 @@ impl Election {
         let session = session.or_raise(ruby)?;
         let election = session
             .core
-            .nonblocking(ruby, |s| lockyard::redis::Election::new(&url, &name, s))
+            .nonblocking(ruby, |session| session.election(&url, &name))
             .or_raise(ruby)?;
         Ok(ruby.obj_wrap_as(
             Election {

@@ -83,7 +83,9 @@ impl Lock {
                 let session = <&Session>::try_convert(session).map_err(|_| {
                     lockyard::Error::Config("session must be a Lockyard::Redis::Session".into())
                 })?;
-                builder = session.core.nonblocking(ruby, |s| builder.session(s));
+                builder = session
+                    .core
+                    .nonblocking(ruby, |session| session.bind(builder));
             }
             Ok(Lock {
                 core: NoGvl::new(builder.build()?),

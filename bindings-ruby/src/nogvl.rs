@@ -3,7 +3,14 @@
 //! an unblocking function, so `Thread#raise`, `Timeout.timeout` and Ctrl-C
 //! interrupt a wait. The core value sits inside [`NoGvl`], reachable only
 //! through `blocking` or `nonblocking`, so every call to it states which
-//! one it is, and a blocking call cannot keep the GVL by forgetting to ask.
+//! one it is. `nonblocking` keeps the GVL, so its closure gets a [`Local`]
+//! view that offers only the core methods documented to touch no server: a
+//! call that may ask the server (`lock.locked()`) does not compile there,
+//! so it cannot keep the GVL by forgetting to ask. The closure `blocking`
+//! runs must be `Send`: Ruby objects are not, so none can be taken along
+//! to where the GVL is not held. [`blocking`], the form without an object,
+//! is for the core calls that need none (a new session, `holder`, the
+//! command line).
 //!
 //! Both run the core call as the current Fiber: a lock is held per Fiber,
 //! like Ruby's own `Mutex`, not per OS thread. Ruby hands a dead Thread's
@@ -21,6 +28,9 @@ use rb_sys::{rb_fiber_current, rb_nogvl, rb_obj_id, RB_NOGVL_INTR_FAIL, RB_NOGVL
 
 use crate::errors::OrRaise;
 
+mod local;
+use local::Local;
+
 /// A core object whose blocking methods are reachable only without the GVL.
 pub(crate) struct NoGvl<T>(T);
 
@@ -30,9 +40,10 @@ impl<T> NoGvl<T> {
     }
 
     /// For methods that only read local state (flags, ids, tokens) and
-    /// never wait on the network: they keep the GVL.
-    pub(crate) fn nonblocking<R>(&self, ruby: &Ruby, read: impl FnOnce(&T) -> R) -> R {
-        lockyard::as_holder(current_fiber(ruby), || read(&self.0))
+    /// never wait on the network: they keep the GVL, and `read` sees only
+    /// what [`Local`] offers of the core object.
+    pub(crate) fn nonblocking<R>(&self, ruby: &Ruby, read: impl FnOnce(Local<'_, T>) -> R) -> R {
+        lockyard::as_holder(current_fiber(ruby), || read(Local::new(&self.0)))
     }
 
     /// Runs `call` without the GVL. `call` gets an interrupt check to poll
@@ -47,7 +58,7 @@ impl<T> NoGvl<T> {
     pub(crate) fn blocking<R>(
         &self,
         ruby: &Ruby,
-        mut call: impl FnMut(&T, &dyn Fn() -> bool) -> lockyard::Result<R>,
+        mut call: impl FnMut(&T, &dyn Fn() -> bool) -> lockyard::Result<R> + Send,
     ) -> Result<R, Error> {
         let holder = current_fiber(ruby);
         let on_main_thread = ruby.thread_current().as_raw() == ruby.thread_main().as_raw();
@@ -86,7 +97,7 @@ impl<T> NoGvl<T> {
         ruby: &Ruby,
         timeout: Option<Duration>,
         what: impl FnOnce() -> String,
-        acquire: impl Fn(&T, Option<Duration>, &dyn Fn() -> bool) -> lockyard::Result<bool>,
+        acquire: impl Fn(&T, Option<Duration>, &dyn Fn() -> bool) -> lockyard::Result<bool> + Sync,
     ) -> Result<bool, Error> {
         let give_up_at = lockyard::limits::deadline(Instant::now(), timeout);
         let acquired = self.blocking(ruby, |inner, interrupted| {
@@ -108,7 +119,7 @@ impl<T> NoGvl<T> {
 /// one-off read), run like [`NoGvl::blocking`].
 pub(crate) fn blocking<R>(
     ruby: &Ruby,
-    mut call: impl FnMut(&dyn Fn() -> bool) -> lockyard::Result<R>,
+    mut call: impl FnMut(&dyn Fn() -> bool) -> lockyard::Result<R> + Send,
 ) -> Result<R, Error> {
     NoGvl(()).blocking(ruby, |_, interrupted| call(interrupted))
 }
@@ -144,6 +155,8 @@ where
     let flags = (RB_NOGVL_INTR_FAIL | RB_NOGVL_UBF_ASYNC_SAFE) as std::os::raw::c_int;
     // SAFETY: `call` and `interrupted` outlive the call; `run` touches no
     // Ruby object, `unblock` only the flag.
+    // The binding's one release of the GVL (clippy.toml bans it elsewhere).
+    #[allow(clippy::disallowed_methods)]
     unsafe {
         rb_nogvl(Some(run::<F, R>), call_ptr, Some(unblock), flag_ptr, flags);
     }

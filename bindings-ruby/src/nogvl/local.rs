@@ -1,0 +1,98 @@
+//! What [`NoGvl::nonblocking`](super::NoGvl::nonblocking) lets a binding
+//! reach while it keeps the GVL: the local state of a core object (flags,
+//! ids, tokens, settings), never a method that may ask the server. A
+//! [`Local`] view forwards only the core methods listed below, each
+//! documented in core to touch no server, so asking Redis with the GVL
+//! held (`lock.locked()`, `session.destroy()`) does not compile: such a
+//! call has to go through `blocking`. List a method here only if its core
+//! documentation says it reads a flag, the clock or settings.
+
+use std::time::Duration;
+
+use lockyard::{gcs, quorum, redis, Result};
+
+/// A core object seen by a call that keeps the GVL: only the methods below.
+pub(crate) struct Local<'a, T>(&'a T);
+
+impl<'a, T> Local<'a, T> {
+    /// Only `NoGvl` hands out views, of the object it keeps.
+    pub(super) fn new(inner: &'a T) -> Self {
+        Local(inner)
+    }
+}
+
+/// `local!(Core { fn name(args) -> Type; ... })`: `Local<Core>` gets each
+/// listed method, calling the core method of the same name.
+macro_rules! local {
+    ($core:ty { $(fn $name:ident($($arg:ident: $arg_type:ty),*) -> $output:ty;)* }) => {
+        impl Local<'_, $core> {
+            $(
+                pub(crate) fn $name(&self, $($arg: $arg_type),*) -> $output {
+                    self.0.$name($($arg),*)
+                }
+            )*
+        }
+    };
+}
+
+local!(redis::Lock {
+    fn healthy() -> bool;
+    fn check_health() -> Result<()>;
+    fn fencing_token() -> Option<u64>;
+    fn identity() -> String;
+    fn default_timeout() -> Option<Duration>;
+});
+
+local!(redis::Session {
+    fn healthy() -> bool;
+    fn check_health() -> Result<()>;
+    fn id() -> &str;
+    fn ttl() -> Duration;
+    fn lock_delay() -> Duration;
+    fn behavior() -> redis::Behavior;
+});
+
+/// Binding a lock or an election to a session touches no server either.
+impl Local<'_, redis::Session> {
+    /// `builder`'s lock, to be held under this session.
+    pub(crate) fn bind(&self, builder: redis::LockBuilder) -> redis::LockBuilder {
+        builder.session(self.0)
+    }
+    /// The election `name`, campaigning under this session.
+    pub(crate) fn election(&self, url: &str, name: &str) -> Result<redis::Election> {
+        redis::Election::new(url, name, self.0)
+    }
+}
+
+local!(redis::WaitGroup {
+    fn healthy(token: &str) -> bool;
+    fn check_health(token: &str) -> Result<()>;
+    fn fencing_token(token: &str) -> Option<u64>;
+});
+
+local!(redis::Election {
+    fn is_leader() -> bool;
+    fn check_health() -> Result<()>;
+    fn fencing_token() -> Option<u64>;
+    fn observe() -> redis::Observer;
+});
+
+local!(quorum::RwLock {
+    fn held() -> bool;
+    fn healthy() -> bool;
+    fn check_health() -> Result<()>;
+    fn nodes() -> &[String];
+    fn default_timeout() -> Option<Duration>;
+});
+
+local!(gcs::Lock {
+    fn healthy() -> bool;
+    fn check_health() -> Result<()>;
+    fn last_refresh_error() -> Option<String>;
+    fn owned_according_to_internal_state() -> bool;
+    fn locked_according_to_internal_state() -> bool;
+    fn fencing_token() -> Option<u64>;
+    fn identity() -> String;
+    fn default_timeout() -> Option<Duration>;
+    fn ttl() -> Duration;
+});
