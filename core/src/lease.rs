@@ -1,5 +1,7 @@
 //! The lease every primitive grants (Redis, quorum, GCS): how long a grant
-//! lives without refresh, validated once.
+//! lives without refresh, validated once; the setters every builder of a
+//! leased primitive shares; and the check of durations the bindings pass as
+//! seconds.
 
 use std::time::Duration;
 
@@ -68,6 +70,56 @@ impl Lease {
     }
 }
 
+/// The lease setters every Redis builder has (Lock, WaitGroup, the quorum
+/// RwLock), for code that configures any of them the same way (the
+/// bindings' constructors).
+#[cfg(feature = "redis")]
+pub trait LeaseBuilder: Sized {
+    /// How long a grant outlives its holder's last refresh.
+    fn ttl(self, ttl: Duration) -> Self;
+    /// Refresh period; must be below ttl / max_refresh_fails.
+    fn refresh_interval(self, every: Duration) -> Self;
+    /// Consecutive transient refresh failures that make a hold unhealthy.
+    fn max_refresh_fails(self, count: u32) -> Self;
+    /// How long connecting may take before the server counts as unreachable.
+    fn connect_timeout(self, timeout: Duration) -> Self;
+}
+
+/// Implements [`LeaseBuilder`] by the builder's own inherent setters; each
+/// builder's module invokes it, so this module depends on no backend.
+#[cfg(feature = "redis")]
+macro_rules! lease_builder {
+    ($builder:ty) => {
+        impl $crate::lease::LeaseBuilder for $builder {
+            fn ttl(self, ttl: std::time::Duration) -> Self {
+                <$builder>::ttl(self, ttl)
+            }
+            fn refresh_interval(self, every: std::time::Duration) -> Self {
+                <$builder>::refresh_interval(self, every)
+            }
+            fn max_refresh_fails(self, count: u32) -> Self {
+                <$builder>::max_refresh_fails(self, count)
+            }
+            fn connect_timeout(self, timeout: std::time::Duration) -> Self {
+                <$builder>::connect_timeout(self, timeout)
+            }
+        }
+    };
+}
+#[cfg(feature = "redis")]
+pub(crate) use lease_builder;
+
+/// Checks a user-given duration in seconds (bindings take floats).
+#[cfg(feature = "redis")]
+pub fn seconds(what: &str, value: f64) -> Result<Duration> {
+    if !value.is_finite() || value < 0.0 {
+        return Err(Error::config(format!(
+            "{what} must be a finite number of seconds >= 0, got {value}"
+        )));
+    }
+    Duration::try_from_secs_f64(value).map_err(|e| Error::config(format!("{what}: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +130,15 @@ mod tests {
     fn default_refresh_leaves_room_for_every_allowed_failure() {
         let lease = Lease::new(S(30), None, 3).unwrap();
         assert_eq!(lease.refresh_every, Duration::from_secs_f64(30.0 / 9.0));
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn seconds_rejects_what_is_not_a_duration() {
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            assert!(seconds("ttl", bad).is_err());
+        }
+        assert_eq!(seconds("ttl", 1.5).unwrap(), Duration::from_millis(1500));
     }
 
     #[test]

@@ -36,7 +36,7 @@ impl Lock {
     /// [`crate::Error::Backend`] if the bucket cannot be read (missing, no
     /// permission) or still fails transiently after a few seconds.
     pub fn object_state(&self) -> Result<Option<ObjectState>> {
-        let requests = self.holder.requests();
+        let requests = self.engine.requests();
         let until = Some(Instant::now() + PATIENCE);
         let read = requests.call("read", || requests.store.get(), until, &|| false)?;
         match requests.answered("read", read)? {
@@ -73,7 +73,7 @@ impl Lock {
     /// # Errors
     /// [`crate::Error::Backend`] as for [`Lock::object_state`].
     pub fn force_release(&self) -> Result<bool> {
-        let requests = self.holder.requests();
+        let requests = self.engine.requests();
         let until = Some(Instant::now() + PATIENCE);
         // The delete names the version it read; a refresh landing in
         // between moves the metageneration, so read again and retry.

@@ -34,7 +34,7 @@ use crate::identity::{forked_since_start, holder_number, note_process_start, ran
 /// # Ok::<(), lockyard::Error>(())
 /// ```
 pub struct Lock {
-    pub(super) holder: Arc<Engine>,
+    pub(super) engine: Arc<Engine>,
     /// `None`: random per lock object, with the pid appended at use.
     identity_prefix: Option<String>,
     random_prefix: String,
@@ -49,16 +49,16 @@ impl Lock {
         LockBuilder::new(bucket_name.into(), path.into())
     }
 
-    /// The lock over `holder`, as validated options describe it.
+    /// The lock over `engine`, as validated options describe it.
     pub(super) fn from_parts(
-        holder: Engine,
+        engine: Engine,
         identity_prefix: Option<String>,
         thread_safe: bool,
         default_timeout: Option<Duration>,
     ) -> Lock {
         note_process_start();
         Lock {
-            holder: Arc::new(holder),
+            engine: Arc::new(engine),
             identity_prefix,
             random_prefix: random_hex(12),
             thread_safe,
@@ -81,7 +81,7 @@ impl Lock {
             Ok(LockGuard::new(self))
         } else {
             Err(Error::Timeout {
-                what: self.holder.what.clone(),
+                what: self.engine.what.clone(),
                 waited: timeout.unwrap_or_default(),
             })
         }
@@ -106,7 +106,7 @@ impl Lock {
 
     /// The TTL.
     pub fn ttl(&self) -> Duration {
-        self.holder.lease.ttl
+        self.engine.lease.ttl
     }
 
     /// Acquires for the calling thread without a guard (for bindings).
@@ -120,10 +120,10 @@ impl Lock {
     ) -> Result<bool> {
         let key = self.key();
         if self.holds().contains_key(&key) {
-            return Err(Error::AlreadyLocked(self.holder.what.clone()));
+            return Err(Error::AlreadyLocked(self.engine.what.clone()));
         }
         match self
-            .holder
+            .engine
             .acquire(&self.identity(), timeout, interrupted)?
         {
             Some(hold) => {
@@ -156,14 +156,14 @@ impl Lock {
         let hold = self
             .holds()
             .remove(&self.key())
-            .ok_or_else(|| Error::NotLocked(self.holder.what.clone()))?;
+            .ok_or_else(|| Error::NotLocked(self.engine.what.clone()))?;
         self.give_back(hold, interrupted)
     }
 
     fn give_back(&self, hold: Hold, interrupted: &dyn Fn() -> bool) -> Result<bool> {
-        let released = self.holder.release(hold, interrupted);
+        let released = self.engine.release(hold, interrupted);
         if let Ok(true) = released {
-            self.holder.log(log::Level::Debug, || "Unlocked".into());
+            self.engine.log(log::Level::Debug, || "Unlocked".into());
         }
         released
     }
@@ -184,7 +184,7 @@ impl Lock {
         match self.holds.leave(&self.key()) {
             Leaving::Held(hold) => self.give_back(hold, interrupted),
             Leaving::Inherited => Ok(true),
-            Leaving::NotHeld => Err(Error::NotLocked(self.holder.what.clone())),
+            Leaving::NotHeld => Err(Error::NotLocked(self.engine.what.clone())),
         }
     }
 
@@ -209,7 +209,7 @@ impl Lock {
     /// # Errors
     /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
     pub fn check_health(&self) -> Result<()> {
-        let what = &self.holder.what;
+        let what = &self.engine.what;
         let holds = self.holds();
         let hold = holds
             .get(&self.key())
@@ -226,7 +226,7 @@ impl Lock {
     /// The last refresh failure (of any hold of this lock object), kept
     /// after the lock heals or is released, as in the gem.
     pub fn last_refresh_error(&self) -> Option<String> {
-        self.holder
+        self.engine
             .last_refresh_error
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -251,12 +251,12 @@ impl Lock {
 
     /// Asks the server whether the calling thread's identity holds it.
     pub fn owned(&self) -> Result<bool> {
-        Ok(self.holder.inspect(&self.identity())?.1)
+        Ok(self.engine.inspect(&self.identity())?.1)
     }
 
     /// Asks the server whether the lock object exists (stale or not).
     pub fn locked(&self) -> Result<bool> {
-        Ok(self.holder.inspect(&self.identity())?.0)
+        Ok(self.engine.inspect(&self.identity())?.0)
     }
 
     /// The calling thread's holder identity, as stored in the object.
@@ -301,8 +301,8 @@ impl Drop for Lock {
     /// A dropped lock gives back what this process still holds.
     fn drop(&mut self) {
         for hold in self.holds.drain() {
-            if let Err(e) = self.holder.release(hold, &|| false) {
-                log::warn!("releasing {} on drop failed: {e}", self.holder.what);
+            if let Err(e) = self.engine.release(hold, &|| false) {
+                log::warn!("releasing {} on drop failed: {e}", self.engine.what);
             }
         }
     }

@@ -210,7 +210,7 @@ impl LockBuilder {
         let log = self.log.unwrap_or_else(|| {
             Arc::new(|level, message: &str| log::log!(target: "lockyard", level, "{message}"))
         });
-        let holder = Engine {
+        let engine = Engine {
             what: format!("lock {}", store.describe()),
             store,
             lease,
@@ -221,7 +221,7 @@ impl LockBuilder {
             last_refresh_error: Mutex::new(None),
         };
         Ok(Lock::from_parts(
-            holder,
+            engine,
             self.instance_identity_prefix,
             self.thread_safe,
             self.timeout,

@@ -15,16 +15,16 @@ mod admin;
 mod backoff;
 mod engine;
 mod fanout;
-mod lock;
 #[cfg(test)]
 mod memory;
 mod node;
+mod rw_lock;
 mod tally;
 #[cfg(test)]
 mod tests;
 
 pub use admin::{force_release, inspect, Grant, NodeState};
-pub use lock::{ReadGuard, RwLock, RwLockBuilder, WriteGuard};
+pub use rw_lock::{ReadGuard, RwLock, RwLockBuilder, WriteGuard};
 
 /// Live tasks on lockyard's internal runtime (requests in flight,
 /// refreshers, connection drivers). Tests use it to prove that the fan-out

@@ -63,6 +63,8 @@ pub struct LockBuilder {
     value: Option<String>,
 }
 
+crate::lease::lease_builder!(LockBuilder);
+
 impl LockBuilder {
     /// How long the lock outlives its holder's last refresh (default 30 s;
     /// at most 30 days, [`MAX_PERIOD`](crate::MAX_PERIOD)).

@@ -13,10 +13,10 @@ mod scripts;
 mod semaphore;
 mod server;
 mod session;
-pub(crate) mod settings;
 mod slots;
 mod wait_group;
 
+pub use crate::lease::{seconds, LeaseBuilder};
 pub use admin::{force_release, inspect, HolderState, LockState};
 pub use election::{Election, Observer, Term};
 pub use exclusive::{exclusive, Claim, Exclusive};
@@ -28,5 +28,4 @@ pub(crate) use route::Route;
 #[cfg(feature = "quorum")]
 pub(crate) use server::{server, Server, COMMAND_TIMEOUT};
 pub use session::{Behavior, Session, SessionBuilder};
-pub use settings::{seconds, LeaseBuilder};
 pub use wait_group::{Slot, WaitGroup, WaitGroupBuilder};

@@ -73,6 +73,8 @@ pub struct WaitGroupBuilder {
     connect_timeout: Duration,
 }
 
+crate::lease::lease_builder!(WaitGroupBuilder);
+
 impl WaitGroupBuilder {
     /// How long a slot outlives its holder's last refresh (default 30 s; at most 30 days).
     pub fn ttl(mut self, ttl: Duration) -> Self {

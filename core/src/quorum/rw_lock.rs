@@ -61,6 +61,8 @@ pub struct RwLockBuilder {
     connect_timeout: Duration,
 }
 
+crate::lease::lease_builder!(RwLockBuilder);
+
 impl RwLockBuilder {
     /// How long each node keeps a grant after its holder's last refresh (default 30 s;
     /// at most 30 days).
