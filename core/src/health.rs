@@ -95,7 +95,6 @@ impl Health {
     }
 
     /// Ok while healthy, else why not as [`crate::Error::LockUnhealthy`] of `what`.
-    #[cfg(feature = "redis")]
     pub(crate) fn check(&self, what: &str) -> crate::Result<()> {
         match self.problem() {
             None => Ok(()),

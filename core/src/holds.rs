@@ -12,6 +12,9 @@ use std::hash::Hash;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::error::{Error, Result};
+use crate::health::Health;
+
 pub(crate) struct Holds<K, V> {
     inner: Mutex<State<K, V>>,
 }
@@ -94,5 +97,113 @@ impl<K, V> Deref for ProcessHolds<'_, K, V> {
 impl<K, V> DerefMut for ProcessHolds<'_, K, V> {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.0.holds
+    }
+}
+
+/// A hold of a per-thread lock, as far as the per-thread face needs it.
+pub(crate) trait Held {
+    fn health(&self) -> &Health;
+}
+
+/// The per-thread face the Redis lock, the GCS lock and the quorum RwLock
+/// share: one hold per holder (a thread, or a binding's `as_holder` key),
+/// no re-entry, and the errors for holding twice or not at all, worded once.
+pub(crate) struct PerHolder<V> {
+    holds: Holds<u64, V>,
+    what: String,
+}
+
+impl<V: Held> PerHolder<V> {
+    pub(crate) fn new(what: String) -> Self {
+        PerHolder {
+            holds: Holds::new(),
+            what,
+        }
+    }
+
+    /// This process's holds, for what only one lock does.
+    #[cfg(feature = "gcs")]
+    pub(crate) fn get(&self) -> ProcessHolds<'_, u64, V> {
+        self.holds.get()
+    }
+
+    /// Takes a hold for `holder` with `take` (Ok(None): the wait ran out).
+    /// The map is not locked while `take` waits, so other holders of the
+    /// same lock object wait in parallel.
+    pub(crate) fn acquire(
+        &self,
+        holder: u64,
+        take: impl FnOnce() -> Result<Option<V>>,
+    ) -> Result<bool> {
+        if self.holds.get().contains_key(&holder) {
+            return Err(Error::AlreadyLocked(self.what.clone()));
+        }
+        match take()? {
+            Some(hold) => {
+                self.holds.get().insert(holder, hold);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Takes `holder`'s hold out and gives it back with `give_back`.
+    pub(crate) fn release(
+        &self,
+        holder: u64,
+        give_back: impl FnOnce(V) -> Result<bool>,
+    ) -> Result<bool> {
+        let hold = self.holds.get().remove(&holder);
+        give_back(hold.ok_or_else(|| self.not_held())?)
+    }
+
+    /// Ends a block `holder` entered: releases like [`PerHolder::release`],
+    /// except in a process forked inside the block, where the hold is the
+    /// parent's and this does nothing (Ok(true)).
+    pub(crate) fn leave(
+        &self,
+        holder: u64,
+        give_back: impl FnOnce(V) -> Result<bool>,
+    ) -> Result<bool> {
+        match self.holds.leave(&holder) {
+            Leaving::Held(hold) => give_back(hold),
+            Leaving::Inherited => Ok(true),
+            Leaving::NotHeld => Err(self.not_held()),
+        }
+    }
+
+    /// Reads `holder`'s hold, if it has one.
+    pub(crate) fn with<R>(&self, holder: u64, read: impl FnOnce(&V) -> R) -> Option<R> {
+        self.holds.get().get(&holder).map(read)
+    }
+
+    pub(crate) fn healthy(&self, holder: u64) -> bool {
+        self.with(holder, |hold| hold.health().is_healthy())
+            .unwrap_or(false)
+    }
+
+    pub(crate) fn check_health(&self, holder: u64) -> Result<()> {
+        self.with(holder, |hold| hold.health().check(&self.what))
+            .unwrap_or_else(|| Err(self.not_held()))
+    }
+
+    /// Gives back every hold of this process (a lock object dropped while
+    /// held), rather than leaving them to expire.
+    pub(crate) fn release_all(&self, mut give_back: impl FnMut(V) -> Result<bool>) {
+        for hold in self.holds.drain() {
+            if let Err(e) = give_back(hold) {
+                log::warn!("releasing {} on drop failed: {e}", self.what);
+            }
+        }
+    }
+
+    fn not_held(&self) -> Error {
+        Error::NotLocked(self.what.clone())
+    }
+}
+
+impl<T: Held> Held for std::sync::Arc<T> {
+    fn health(&self) -> &Health {
+        (**self).health()
     }
 }

@@ -347,3 +347,9 @@ fn with_expiry(
         reply
     })
 }
+
+impl crate::holds::Held for Hold {
+    fn health(&self) -> &Health {
+        &self.health
+    }
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::engine::{Engine, Hold};
 use super::options::LockBuilder;
 use crate::error::{Error, Result};
-use crate::holds::{Holds, Leaving, ProcessHolds};
+use crate::holds::{PerHolder, ProcessHolds};
 use crate::identity::{forked_since_start, holder_number, note_process_start, random_hex};
 
 /// A distributed mutual-exclusion lock on one object in a Google Cloud
@@ -40,7 +40,7 @@ pub struct Lock {
     random_prefix: String,
     thread_safe: bool,
     default_timeout: Option<Duration>,
-    holds: Holds<u64, Hold>,
+    holds: PerHolder<Hold>,
 }
 
 impl Lock {
@@ -58,12 +58,12 @@ impl Lock {
     ) -> Lock {
         note_process_start();
         Lock {
+            holds: PerHolder::new(engine.what.clone()),
             engine: Arc::new(engine),
             identity_prefix,
             random_prefix: random_hex(12),
             thread_safe,
             default_timeout,
-            holds: Holds::new(),
         }
     }
 
@@ -118,20 +118,9 @@ impl Lock {
         timeout: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        let key = self.key();
-        if self.holds().contains_key(&key) {
-            return Err(Error::AlreadyLocked(self.engine.what.clone()));
-        }
-        match self
-            .engine
-            .acquire(&self.identity(), timeout, interrupted)?
-        {
-            Some(hold) => {
-                self.holds().insert(key, hold);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.holds.acquire(self.key(), || {
+            self.engine.acquire(&self.identity(), timeout, interrupted)
+        })
     }
 
     /// Releases the calling thread's hold: deletes exactly the object
@@ -153,11 +142,8 @@ impl Lock {
     /// deadline. Interrupted, it returns [`Error::Interrupted`] and the
     /// object, no longer refreshed, goes stale after its ttl.
     pub fn release_interruptibly(&self, interrupted: &dyn Fn() -> bool) -> Result<bool> {
-        let hold = self
-            .holds()
-            .remove(&self.key())
-            .ok_or_else(|| Error::NotLocked(self.engine.what.clone()))?;
-        self.give_back(hold, interrupted)
+        self.holds
+            .release(self.key(), |hold| self.give_back(hold, interrupted))
     }
 
     fn give_back(&self, hold: Hold, interrupted: &dyn Fn() -> bool) -> Result<bool> {
@@ -181,11 +167,8 @@ impl Lock {
     /// [`Lock::leave`] with an interrupt check, like
     /// [`Lock::release_interruptibly`].
     pub fn leave_interruptibly(&self, interrupted: &dyn Fn() -> bool) -> Result<bool> {
-        match self.holds.leave(&self.key()) {
-            Leaving::Held(hold) => self.give_back(hold, interrupted),
-            Leaving::Inherited => Ok(true),
-            Leaving::NotHeld => Err(Error::NotLocked(self.engine.what.clone())),
-        }
+        self.holds
+            .leave(self.key(), |hold| self.give_back(hold, interrupted))
     }
 
     /// Forgets the calling thread's hold without touching the server and
@@ -199,9 +182,7 @@ impl Lock {
     /// Whether the calling thread holds the lock and its lease is surely
     /// still live. Reads a flag and the clock; no request.
     pub fn healthy(&self) -> bool {
-        self.holds()
-            .get(&self.key())
-            .is_some_and(|h| h.health.is_healthy())
+        self.holds.healthy(self.key())
     }
 
     /// Ok if the calling thread holds the lock and it is healthy.
@@ -209,18 +190,7 @@ impl Lock {
     /// # Errors
     /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
     pub fn check_health(&self) -> Result<()> {
-        let what = &self.engine.what;
-        let holds = self.holds();
-        let hold = holds
-            .get(&self.key())
-            .ok_or_else(|| Error::NotLocked(what.clone()))?;
-        match hold.health.problem() {
-            None => Ok(()),
-            Some(reason) => Err(Error::LockUnhealthy {
-                what: what.clone(),
-                reason,
-            }),
-        }
+        self.holds.check_health(self.key())
     }
 
     /// The last refresh failure (of any hold of this lock object), kept
@@ -236,7 +206,7 @@ impl Lock {
     /// The object generation of the calling thread's hold: a new holder
     /// always gets a larger one, so it serves as a fencing token.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.holds().get(&self.key()).map(|h| h.generation as u64)
+        self.holds.with(self.key(), |hold| hold.generation as u64)
     }
 
     /// Whether the calling thread holds it by this process's own state.
@@ -300,11 +270,8 @@ impl Lock {
 impl Drop for Lock {
     /// A dropped lock gives back what this process still holds.
     fn drop(&mut self) {
-        for hold in self.holds.drain() {
-            if let Err(e) = self.engine.release(hold, &|| false) {
-                log::warn!("releasing {} on drop failed: {e}", self.engine.what);
-            }
-        }
+        self.holds
+            .release_all(|hold| self.engine.release(hold, &|| false));
     }
 }
 

@@ -307,3 +307,9 @@ async fn refresh_loop(
         }
     }
 }
+
+impl crate::holds::Held for Hold {
+    fn health(&self) -> &Health {
+        &self.health
+    }
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::engine::{Hold, Quorum};
 use super::node::{Mode, NetLocker, RedisNode};
 use crate::error::{Error, Result};
-use crate::holds::{Holds, Leaving};
+use crate::holds::PerHolder;
 use crate::identity::{holder_identity, holder_number, random_hex};
 use crate::lease::Lease;
 use crate::limits;
@@ -45,7 +45,7 @@ pub struct RwLock {
     prefix: String,
     default_timeout: Option<Duration>,
     /// This process's holds, by holder (thread).
-    holds: Holds<u64, Arc<Hold>>,
+    holds: PerHolder<Arc<Hold>>,
 }
 
 /// Options for a [`RwLock`]; start with [`RwLock::builder`].
@@ -129,6 +129,7 @@ impl RwLockBuilder {
             attempt_timeout,
             request_timeout,
         } = self.timing()?;
+        let what = format!("rw lock {:?}", self.name);
         let quorum = Quorum {
             fingerprint: fingerprint(&nodes).into(),
             nodes,
@@ -137,14 +138,14 @@ impl RwLockBuilder {
             attempt_timeout,
             request_timeout,
             lease,
-            what: format!("rw lock {:?}", self.name),
+            what: what.clone(),
         };
         Ok(RwLock {
             quorum: Arc::new(quorum),
             urls: self.urls,
             prefix: random_hex(8),
             default_timeout: self.timeout,
-            holds: Holds::new(),
+            holds: PerHolder::new(what),
         })
     }
 
@@ -279,18 +280,11 @@ impl RwLock {
         timeout: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        let thread = holder_number();
-        if self.holds.get().contains_key(&thread) {
-            return Err(Error::AlreadyLocked(self.quorum.what.clone()));
-        }
-        let identity = holder_identity(&self.prefix);
-        match self.quorum.acquire(mode, &identity, timeout, interrupted)? {
-            Some(hold) => {
-                self.holds.get().insert(thread, Arc::new(hold));
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.holds.acquire(holder_number(), || {
+            let identity = holder_identity(&self.prefix);
+            let hold = self.quorum.acquire(mode, &identity, timeout, interrupted)?;
+            Ok(hold.map(Arc::new))
+        })
     }
 
     /// Releases the calling thread's read or write lock. Ok(false) when it
@@ -299,12 +293,8 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotLocked`] if the calling thread holds nothing.
     pub fn release(&self) -> Result<bool> {
-        let hold = self
-            .holds
-            .get()
-            .remove(&holder_number())
-            .ok_or_else(|| Error::NotLocked(self.quorum.what.clone()))?;
-        self.quorum.release(&hold)
+        self.holds
+            .release(holder_number(), |hold| self.quorum.release(&hold))
     }
 
     /// Ends a block that acquired the lock on the calling thread, like
@@ -314,17 +304,14 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotLocked`] if the calling thread holds nothing.
     pub fn leave(&self) -> Result<bool> {
-        match self.holds.leave(&holder_number()) {
-            Leaving::Held(hold) => self.quorum.release(&hold),
-            Leaving::Inherited => Ok(true),
-            Leaving::NotHeld => Err(Error::NotLocked(self.quorum.what.clone())),
-        }
+        self.holds
+            .leave(holder_number(), |hold| self.quorum.release(&hold))
     }
 
     /// Whether the calling thread holds the lock and its lease is surely
     /// still live on a quorum. Reads a flag and the clock; no network.
     pub fn healthy(&self) -> bool {
-        self.hold().is_some_and(|h| h.health.is_healthy())
+        self.holds.healthy(holder_number())
     }
 
     /// Ok if the calling thread holds the lock and it is healthy.
@@ -332,10 +319,7 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
     pub fn check_health(&self) -> Result<()> {
-        match self.hold() {
-            None => Err(Error::NotLocked(self.quorum.what.clone())),
-            Some(hold) => hold.health.check(&self.quorum.what),
-        }
+        self.holds.check_health(holder_number())
     }
 
     /// The fencing token of the calling thread's write lock: strictly
@@ -370,18 +354,14 @@ impl RwLock {
     }
 
     fn hold(&self) -> Option<Arc<Hold>> {
-        self.holds.get().get(&holder_number()).cloned()
+        self.holds.with(holder_number(), Arc::clone)
     }
 }
 
 impl Drop for RwLock {
     /// A dropped lock gives back what this process still holds.
     fn drop(&mut self) {
-        for hold in self.holds.drain() {
-            if let Err(e) = self.quorum.release(&hold) {
-                log::warn!("releasing {} on drop failed: {e}", self.quorum.what);
-            }
-        }
+        self.holds.release_all(|hold| self.quorum.release(&hold));
     }
 }
 

@@ -226,3 +226,9 @@ async fn refresh_loop(
 fn first_refresh_retry(lease: &Lease) -> Duration {
     WAITER_LEASE / (lease.max_refresh_fails + 1)
 }
+
+impl crate::holds::Held for Hold {
+    fn health(&self) -> &Health {
+        &self.health
+    }
+}

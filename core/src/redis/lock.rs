@@ -11,7 +11,7 @@ use super::server::server;
 use super::session::{Binding, Session, SessionState};
 use super::slots::Shape;
 use crate::error::{Error, Result};
-use crate::holds::{Holds, Leaving};
+use crate::holds::PerHolder;
 use crate::identity::{holder_identity, holder_number, random_hex, request_token};
 use crate::lease::Lease;
 use crate::limits;
@@ -44,7 +44,7 @@ pub struct Lock {
     value: String,
     default_timeout: Option<Duration>,
     /// This process's holds, by thread.
-    holds: Holds<u64, Hold>,
+    holds: PerHolder<Hold>,
 }
 
 /// Options for a [`Lock`]; start with [`Lock::builder`].
@@ -165,11 +165,11 @@ impl LockBuilder {
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let what = format!("lock {:?}", self.name);
         Ok(Lock {
+            holds: PerHolder::new(what.clone()),
             semaphore: Semaphore::new(route, keys, Shape::Lock, lease, what, binding),
             prefix,
             value: self.value.unwrap_or_default(),
             default_timeout: self.timeout,
-            holds: Holds::new(),
         })
     }
 }
@@ -236,21 +236,11 @@ impl Lock {
         timeout: Option<Duration>,
         interrupted: &dyn Fn() -> bool,
     ) -> Result<bool> {
-        let thread = holder_number();
-        if self.holds.get().contains_key(&thread) {
-            return Err(Error::AlreadyLocked(self.semaphore.what().to_owned()));
-        }
-        let token = request_token(&holder_identity(&self.prefix));
-        match self
-            .semaphore
-            .acquire(&token, &self.value, timeout, interrupted)?
-        {
-            Some(hold) => {
-                self.holds.get().insert(thread, hold);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.holds.acquire(holder_number(), || {
+            let token = request_token(&holder_identity(&self.prefix));
+            self.semaphore
+                .acquire(&token, &self.value, timeout, interrupted)
+        })
     }
 
     /// Releases the calling thread's hold. Ok(false) when the lock had
@@ -259,12 +249,8 @@ impl Lock {
     /// # Errors
     /// [`Error::NotLocked`] if the calling thread does not hold it.
     pub fn release(&self) -> Result<bool> {
-        let hold = self
-            .holds
-            .get()
-            .remove(&holder_number())
-            .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))?;
-        self.semaphore.release(hold)
+        self.holds
+            .release(holder_number(), |hold| self.semaphore.release(hold))
     }
 
     /// Ends a block that acquired the lock on the calling thread (a guard's
@@ -275,20 +261,14 @@ impl Lock {
     /// # Errors
     /// [`Error::NotLocked`] if the calling thread holds nothing.
     pub fn leave(&self) -> Result<bool> {
-        match self.holds.leave(&holder_number()) {
-            Leaving::Held(hold) => self.semaphore.release(hold),
-            Leaving::Inherited => Ok(true),
-            Leaving::NotHeld => Err(Error::NotLocked(self.semaphore.what().to_owned())),
-        }
+        self.holds
+            .leave(holder_number(), |hold| self.semaphore.release(hold))
     }
 
     /// Whether the calling thread holds the lock and its lease is surely
     /// still live. Reads a flag and the clock; never touches Redis.
     pub fn healthy(&self) -> bool {
-        self.holds
-            .get()
-            .get(&holder_number())
-            .is_some_and(|h| h.health.is_healthy())
+        self.holds.healthy(holder_number())
     }
 
     /// Ok if the calling thread holds the lock and it is healthy.
@@ -296,18 +276,14 @@ impl Lock {
     /// # Errors
     /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
     pub fn check_health(&self) -> Result<()> {
-        let what = self.semaphore.what();
-        match self.holds.get().get(&holder_number()) {
-            None => Err(Error::NotLocked(what.to_owned())),
-            Some(hold) => hold.check_health(what),
-        }
+        self.holds.check_health(holder_number())
     }
 
     /// The fencing token of the calling thread's grant: strictly increasing
     /// across all holders of this name, so a protected resource can reject
     /// writes from a holder that lost the lock.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.holds.get().get(&holder_number()).map(|h| h.fence)
+        self.holds.with(holder_number(), |hold| hold.fence)
     }
 
     /// Asks Redis whether the calling thread holds the lock: whether the
@@ -315,11 +291,7 @@ impl Lock {
     /// Without a grant the answer is no, but Redis is still asked, so an
     /// unreachable server is reported the same way either way.
     pub fn owned(&self) -> Result<bool> {
-        let token = self
-            .holds
-            .get()
-            .get(&holder_number())
-            .map(|hold| hold.token.clone());
+        let token = self.holds.with(holder_number(), |hold| hold.token.clone());
         Ok(self.semaphore.inspect(token.as_deref())?.1)
     }
 
@@ -338,11 +310,7 @@ impl Drop for Lock {
     /// A dropped lock gives back what this process still holds, rather than
     /// leaving it to expire.
     fn drop(&mut self) {
-        for hold in self.holds.drain() {
-            if let Err(e) = self.semaphore.release(hold) {
-                log::warn!("releasing {} on drop failed: {e}", self.semaphore.what());
-            }
-        }
+        self.holds.release_all(|hold| self.semaphore.release(hold));
     }
 }
 
