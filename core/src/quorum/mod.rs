@@ -15,6 +15,7 @@ mod admin;
 mod backoff;
 mod engine;
 mod fanout;
+mod guards;
 #[cfg(test)]
 mod memory;
 mod node;
@@ -24,7 +25,8 @@ mod tally;
 mod tests;
 
 pub use admin::{force_release, inspect, Grant, NodeState};
-pub use rw_lock::{ReadGuard, RwLock, RwLockBuilder, WriteGuard};
+pub use guards::{ReadGuard, WriteGuard};
+pub use rw_lock::{RwLock, RwLockBuilder};
 
 /// Live tasks on lockyard's internal runtime (requests in flight,
 /// refreshers, connection drivers). Tests use it to prove that the fan-out

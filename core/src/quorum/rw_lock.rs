@@ -1,11 +1,11 @@
 //! `lockyard::quorum::RwLock`: the quorum algorithm with per-thread holds,
 //! guards and a builder, shaped like `lockyard::redis::Lock`.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::engine::{Hold, Quorum};
+use super::guards::{Guard, Guarded, ReadGuard, WriteGuard};
 use super::node::{Mode, NetLocker, RedisNode};
 use crate::error::{Error, Result};
 use crate::holds::PerHolder;
@@ -365,75 +365,20 @@ impl Drop for RwLock {
     }
 }
 
-/// Releases on drop; not `Send`, the hold belongs to its thread.
-struct Guard<'a> {
-    lock: &'a RwLock,
-    released: bool,
-    _not_send: PhantomData<*const ()>,
-}
-
-impl<'a> Guard<'a> {
-    fn new(lock: &'a RwLock) -> Self {
-        Guard {
-            lock,
-            released: false,
-            _not_send: PhantomData,
-        }
+impl Guarded for RwLock {
+    fn release(&self) -> Result<bool> {
+        RwLock::release(self)
     }
-
-    fn release(mut self) -> Result<bool> {
-        self.released = true;
-        self.lock.release()
+    fn leave(&self) -> Result<bool> {
+        RwLock::leave(self)
+    }
+    fn healthy(&self) -> bool {
+        RwLock::healthy(self)
+    }
+    fn check_health(&self) -> Result<()> {
+        RwLock::check_health(self)
+    }
+    fn fencing_token(&self) -> Result<Option<u64>> {
+        RwLock::fencing_token(self)
     }
 }
-
-impl Drop for Guard<'_> {
-    fn drop(&mut self) {
-        // In a process forked while it was held, the hold is the parent's.
-        if !self.released {
-            if let Err(e) = self.lock.leave() {
-                log::warn!("releasing a rw lock guard failed: {e}");
-            }
-        }
-    }
-}
-
-/// Proof that the calling thread holds the write lock; releases it on drop.
-#[must_use = "the lock is released as soon as the guard is dropped"]
-pub struct WriteGuard<'a>(Guard<'a>);
-
-/// Proof that the calling thread holds a read lock; releases it on drop.
-#[must_use = "the lock is released as soon as the guard is dropped"]
-pub struct ReadGuard<'a>(Guard<'a>);
-
-impl WriteGuard<'_> {
-    /// See [`RwLock::fencing_token`].
-    pub fn fencing_token(&self) -> Result<u64> {
-        Ok(self
-            .0
-            .lock
-            .fencing_token()?
-            .expect("a write guard's thread holds the write lock"))
-    }
-}
-
-macro_rules! guard_methods {
-    ($guard:ident) => {
-        impl $guard<'_> {
-            /// See [`RwLock::healthy`].
-            pub fn healthy(&self) -> bool {
-                self.0.lock.healthy()
-            }
-            /// See [`RwLock::check_health`].
-            pub fn check_health(&self) -> Result<()> {
-                self.0.lock.check_health()
-            }
-            /// Releases now and reports whether the lock was still held.
-            pub fn release(self) -> Result<bool> {
-                self.0.release()
-            }
-        }
-    };
-}
-guard_methods!(WriteGuard);
-guard_methods!(ReadGuard);
