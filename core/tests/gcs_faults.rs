@@ -12,6 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use gcs_support::{builder, FaithfulStore, Fault, Op};
+use lockyard::gcs::StoreError;
 use lockyard::Error;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -87,6 +88,12 @@ fn an_acquire_that_gives_up_removes_the_object_its_lost_create_left() {
         .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err}");
     assert!(err.to_string().contains("503"), "{err}");
+    assert!(err.is_transient(), "{err}");
+    let cause = std::error::Error::source(&err).expect("the store's error");
+    assert!(
+        matches!(cause.downcast_ref(), Some(StoreError::Transient(_))),
+        "{cause:?}"
+    );
     assert!(
         started.elapsed() >= Duration::from_secs(3),
         "{:?}",

@@ -286,6 +286,13 @@ fn an_unreachable_server_is_a_backend_error_naming_it() {
         "{err}"
     );
     assert!(started.elapsed() < Duration::from_secs(2));
+    // The server may come up later, and the refusal itself is kept.
+    assert!(err.is_transient(), "{err}");
+    let cause = std::error::Error::source(&err).expect("the client's error");
+    let cause = cause
+        .downcast_ref::<redis::RedisError>()
+        .expect("{cause:?}");
+    assert!(cause.is_connection_refusal(), "{cause:?}");
 }
 
 #[test]

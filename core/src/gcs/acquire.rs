@@ -147,7 +147,7 @@ impl Engine {
         let reply = match requests.answered("create", created)? {
             Ok(reply) => reply,
             Err(StoreError::PreconditionFailed) => return Ok(None),
-            Err(other) => return Err(requests.backend("create", other.to_string())),
+            Err(other) => return Err(requests.failed("create", other)),
         };
         let mut version = reply.value.version;
         let mut deadline = self.deadline(written, sent);
@@ -195,7 +195,7 @@ impl Engine {
         )?;
         let reply = match requests.answered("read", read)? {
             Ok(reply) => reply,
-            Err(other) => return Err(requests.backend("read", other.to_string())),
+            Err(other) => return Err(requests.failed("read", other)),
         };
         let Some(object) = reply.value else {
             if after_create {
@@ -273,12 +273,16 @@ impl Engine {
                 server,
                 operation,
                 message,
+                source,
+                transient,
             }) => Error::Backend {
                 server,
                 operation,
                 message: format!(
                     "{message}; a lock object this attempt may have created could not be removed ({cleanup}) and blocks others until it goes stale"
                 ),
+                source,
+                transient,
             },
             (Err(cleanup), error) => {
                 self.log(log::Level::Error, || {

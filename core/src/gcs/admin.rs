@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::lock::Lock;
 use super::store::{Reply, StoreError};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// How long an operator's read or delete rides out transient failures.
 const PATIENCE: Duration = Duration::from_secs(5);
@@ -61,7 +61,7 @@ impl Lock {
                 }))
             }
             Ok(_) => Ok(None),
-            Err(other) => Err(requests.backend("read", other.to_string())),
+            Err(other) => Err(requests.failed("read", other)),
         }
     }
 
@@ -92,12 +92,13 @@ impl Lock {
             match requests.answered("delete", deleted)? {
                 Ok(_) => return Ok(true),
                 Err(StoreError::PreconditionFailed | StoreError::NotFound) => continue,
-                Err(other) => return Err(requests.backend("delete", other.to_string())),
+                Err(other) => return Err(requests.failed("delete", other)),
             }
         }
-        Err(requests.backend(
+        Err(Error::backend_transient(
+            &requests.store.describe(),
             "delete",
-            "the lock object kept changing; try again".to_owned(),
+            "the lock object kept changing; try again",
         ))
     }
 }

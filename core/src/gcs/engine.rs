@@ -160,7 +160,7 @@ impl Engine {
                 ..
             }) => Ok((true, object.identity.as_deref() == Some(identity))),
             Ok(_) => Ok((false, false)),
-            Err(other) => Err(requests.backend("read", other.to_string())),
+            Err(other) => Err(requests.failed("read", other)),
         }
     }
 

@@ -119,17 +119,21 @@ impl Requests<'_> {
         answer: Answer<T>,
     ) -> Result<Result<Reply<T>, StoreError>> {
         match answer.result {
-            Err(StoreError::Transient(message)) => Err(self.backend(
+            Err(StoreError::Transient(message)) => Err(self.failed(
                 operation,
-                format!("{message} (still failing when its time to retry ran out)"),
+                StoreError::Transient(format!(
+                    "{message} (still failing when its time to retry ran out)"
+                )),
             )),
             other => Ok(other),
         }
     }
 
-    /// The error for a store operation that failed for good.
-    pub(crate) fn backend(self, operation: &str, message: String) -> Error {
-        Error::backend(&self.store.describe(), operation, message)
+    /// The error for a store operation that ended in `e`, which was not
+    /// retried (or no longer): transient only if the store said so.
+    pub(crate) fn failed(self, operation: &str, e: StoreError) -> Error {
+        let transient = matches!(e, StoreError::Transient(_));
+        Error::backend_failed(&self.store.describe(), operation, e, transient)
     }
 }
 

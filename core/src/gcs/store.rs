@@ -60,6 +60,8 @@ pub enum StoreError {
     Permanent(String),
 }
 
+impl std::error::Error for StoreError {}
+
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -272,7 +272,14 @@ impl Quorum {
         if let Some(failure) = round.first_failure() {
             message.push_str(&format!("; first failure: {failure}"));
         }
-        Error::backend(&format!("{n} nodes"), &self.describe(mode), message)
+        let (server, operation) = (format!("{n} nodes"), self.describe(mode));
+        // A quorum may answer later if enough of the failed nodes only
+        // failed for now; nodes that reject us for good will not.
+        if tally.answered() + round.transient_failures() >= self.quorum(mode) {
+            Error::backend_transient(&server, &operation, message)
+        } else {
+            Error::backend(&server, &operation, message)
+        }
     }
 
     /// Releases `granted` without waiting: the requests end on their own.

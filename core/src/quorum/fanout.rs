@@ -89,7 +89,7 @@ impl Round {
             Ok(Ok(Grant::Recovering)) => Answer::Recovering,
             Ok(Ok(Grant::OtherNodes(theirs))) => Answer::OtherNodes(theirs),
             Ok(Err(e)) => Answer::Failed(e),
-            Err(_) => Answer::Failed(Error::backend(
+            Err(_) => Answer::Failed(Error::backend_transient(
                 node.name(),
                 "request",
                 format!("no answer within {request_timeout:?}"),
@@ -216,6 +216,16 @@ impl Round {
             _ => None,
         })
     }
+
+    /// How many nodes failed in a way that may pass (unreachable, silent).
+    pub(crate) fn transient_failures(&self) -> usize {
+        let state = self.lock();
+        state
+            .answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Failed(e) if e.is_transient()))
+            .count()
+    }
 }
 
 /// The caller's interrupt check fired.
@@ -238,7 +248,7 @@ pub(crate) async fn ask_all(
         set.spawn(async move {
             let outcome = match tokio::time::timeout(request_timeout, reply).await {
                 Ok(outcome) => outcome,
-                Err(_) => Err(Error::backend(
+                Err(_) => Err(Error::backend_transient(
                     &name,
                     "refresh",
                     format!("no answer within {request_timeout:?}"),

@@ -94,7 +94,8 @@ impl MemoryNode {
                 tokio::time::sleep(delay).await;
             }
             if self.down.load(Ordering::SeqCst) {
-                return Err(Error::backend(&self.name, "request", "connection refused"));
+                let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+                return Err(Error::backend_failed(&self.name, "request", refused, true));
             }
             let mut store = self.store.lock().unwrap();
             let Store { entries, fence } = &mut *store;

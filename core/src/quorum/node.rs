@@ -224,7 +224,7 @@ impl RedisNode {
         let Ok(outcome) = tokio::time::timeout(self.request_timeout, call).await else {
             self.server.drop_background();
             let silent = format!("no answer within {:?}", self.request_timeout);
-            return Err(Failed::Other(Error::backend(
+            return Err(Failed::Other(Error::backend_transient(
                 &self.server.name,
                 operation,
                 silent,

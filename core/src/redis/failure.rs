@@ -37,13 +37,43 @@ impl Failure {
         if e.redirect_node().is_some() {
             Failure::Redirect(e)
         } else if is_cluster_reply(&e) {
-            Failure::Unsettled(Error::backend(server, operation, e))
-        } else if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
-            Failure::Broken(Error::backend(server, operation, e))
+            Failure::Unsettled(Error::redis(server, operation, e))
+        } else if is_broken_connection(&e) {
+            Failure::Broken(Error::redis(server, operation, e))
         } else {
-            Failure::Fatal(Error::backend(server, operation, e))
+            Failure::Fatal(Error::redis(server, operation, e))
         }
     }
+}
+
+impl Error {
+    /// The error for a request `operation` on `server` that failed with `e`.
+    pub(crate) fn redis(server: &str, operation: &str, e: RedisError) -> Error {
+        let transient = is_transient(&e);
+        Error::backend_failed(server, operation, e, transient)
+    }
+}
+
+/// Whether the same request may succeed later: what [`Failure::of`] sends
+/// to a retry (the Cluster in flux, a broken connection), plus the server
+/// states that pass on their own (LOADING after a restart, MASTERDOWN and
+/// READONLY during a failover), which no retry here waits out.
+fn is_transient(e: &RedisError) -> bool {
+    is_cluster_reply(e)
+        || is_broken_connection(e)
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+            )
+        )
+}
+
+/// The connection failed or went silent (this includes never connecting).
+fn is_broken_connection(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_timeout()
 }
 
 /// A Cluster node's answer about the slot rather than the request: it

@@ -233,7 +233,11 @@ impl Route {
                 // A future polled past its deadline still runs once: no
                 // hop may start late and send what the caller gave up on.
                 Next::Hop(_, _) if Instant::now() >= deadline => {
-                    return Err(Error::backend(&server.name, operation, "no answer in time"));
+                    return Err(Error::backend_transient(
+                        &server.name,
+                        operation,
+                        "no answer in time",
+                    ));
                 }
                 Next::Hop(target, ask) => {
                     (server, asking, hops) = (target, ask, hops + 1);
@@ -250,7 +254,8 @@ impl Route {
 }
 
 fn too_many_hops(server: &Server, operation: &str) -> Error {
-    Error::backend(
+    // The Cluster is mid-reshard or mid-failover: it settles on its own.
+    Error::backend_transient(
         &server.name,
         operation,
         "no node served the slot after 5 tries (Cluster redirects, unreachable nodes)",

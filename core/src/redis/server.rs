@@ -119,7 +119,7 @@ impl Server {
             _ => ConnectionAddr::Tcp(host, port),
         };
         let client = Client::open(info.set_addr(addr))
-            .map_err(|e| Error::backend(&self.name, "redirect", e))?;
+            .map_err(|e| Error::redis(&self.name, "redirect", e))?;
         let key = (
             format!("redirect:{}", client.get_connection_info().addr()),
             self.connect_timeout,
@@ -261,7 +261,7 @@ impl Server {
         })
         .await
         .unwrap_or_else(|_| {
-            Err(Failure::Broken(Error::backend(
+            Err(Failure::Broken(Error::backend_transient(
                 &self.name,
                 operation,
                 "no answer in time",
@@ -345,7 +345,7 @@ impl Server {
     }
 
     pub(crate) fn error(&self, operation: &str, e: RedisError) -> Error {
-        Error::backend(&self.name, operation, e)
+        Error::redis(&self.name, operation, e)
     }
 }
 
