@@ -1,6 +1,7 @@
 //! The lease every primitive grants (Redis, quorum, GCS): how long a grant
-//! lives without refresh, validated once; the setters every builder of a
-//! leased primitive shares; and the check of durations the bindings pass as
+//! lives without refresh, validated once; the options and setters every
+//! builder of a leased primitive shares; the keep-alive policy every
+//! refresher follows; and the check of durations the bindings pass as
 //! seconds.
 
 use std::time::Duration;
@@ -70,6 +71,168 @@ impl Lease {
     }
 }
 
+/// The keep-alive policy every refresher follows (Redis, quorum, GCS):
+/// failures count only in a row, and `max_refresh_fails` of them exhaust
+/// the hold's tries. What that means is the backend's: lost for Redis and
+/// quorum, unhealthy until a refresh lands again for GCS. Failures that
+/// prove the grant gone (taken over, deleted, no quorum left) are not
+/// counted here: they lose the hold at once.
+#[derive(Clone, Debug)]
+pub(crate) struct KeepAlive {
+    refresh_every: Duration,
+    max_refresh_fails: u32,
+    failures: u32,
+}
+
+/// What a failed refresh means for the hold.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Verdict {
+    /// Fewer than `max_refresh_fails` in a row: try again.
+    TryAgain,
+    /// `max_refresh_fails` (or more) in a row; the reason says so.
+    Exhausted(String),
+}
+
+impl KeepAlive {
+    pub(crate) fn new(lease: &Lease) -> KeepAlive {
+        KeepAlive {
+            refresh_every: lease.refresh_every,
+            max_refresh_fails: lease.max_refresh_fails,
+            failures: 0,
+        }
+    }
+
+    /// A refresh landed: the count starts over.
+    pub(crate) fn succeeded(&mut self) {
+        self.failures = 0;
+    }
+
+    /// A refresh failed with `error`.
+    pub(crate) fn failed(&mut self, error: &dyn std::fmt::Display) -> Verdict {
+        self.failed_as("failed", error)
+    }
+
+    /// A refresh failed as `how` ("reached fewer than 2 nodes"), the last
+    /// error being `error`.
+    pub(crate) fn failed_as(&mut self, how: &str, error: &dyn std::fmt::Display) -> Verdict {
+        self.failures += 1;
+        if self.failures < self.max_refresh_fails {
+            return Verdict::TryAgain;
+        }
+        Verdict::Exhausted(format!(
+            "{} refreshes in a row {how}, the last with: {error}",
+            self.failures
+        ))
+    }
+
+    /// Failures in a row so far.
+    #[cfg(feature = "gcs")]
+    pub(crate) fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// `failures/max_refresh_fails`, for the log.
+    #[cfg(feature = "redis")]
+    pub(crate) fn tally(&self) -> String {
+        format!("{}/{}", self.failures, self.max_refresh_fails)
+    }
+
+    /// When the next try is due: a refresh period after a success; after
+    /// a failure the same, or, where failures are retried sooner
+    /// (`retry_first`), that doubling with each failure in a row but never
+    /// later than the next regular refresh.
+    pub(crate) fn next_try(&self, retry_first: Option<Duration>) -> Duration {
+        let Some(first) = retry_first.filter(|_| self.failures > 0) else {
+            return self.refresh_every;
+        };
+        (first * 2u32.saturating_pow(self.failures - 1)).min(self.refresh_every)
+    }
+}
+
+/// The lease options a builder carries, with the defaults every leased
+/// primitive shares; the builder's setters fill them in (see
+/// [`lease_setters!`]) and its `build` turns them into a [`Lease`].
+#[derive(Clone, Debug)]
+pub(crate) struct LeaseOptions {
+    /// None: the primitive's own default (see [`LeaseOptions::lease`]);
+    /// kept apart so that a Redis lock under a session can refuse one.
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) refresh_interval: Option<Duration>,
+    pub(crate) max_refresh_fails: u32,
+    /// Only the Redis builders connect to a server of their own.
+    #[cfg(feature = "redis")]
+    pub(crate) connect_timeout: Duration,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions {
+            ttl: None,
+            refresh_interval: None,
+            max_refresh_fails: 3,
+            #[cfg(feature = "redis")]
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl LeaseOptions {
+    /// The lease these options describe, `default_ttl` when none was set.
+    pub(crate) fn lease(&self, default_ttl: Duration) -> Result<Lease> {
+        Lease::new(
+            self.ttl.unwrap_or(default_ttl),
+            self.refresh_interval,
+            self.max_refresh_fails,
+        )
+    }
+
+    /// The connect timeout, checked: positive, at most
+    /// [`limits::MAX_PERIOD`].
+    #[cfg(feature = "redis")]
+    pub(crate) fn connect_timeout(&self) -> Result<Duration> {
+        limits::positive_period("connect_timeout", self.connect_timeout)?;
+        Ok(self.connect_timeout)
+    }
+}
+
+/// The inherent lease setters of a builder whose options sit in a
+/// [`LeaseOptions`] field named `lease`. Each builder gives every setter
+/// its own doc comment (defaults and wording differ by primitive);
+/// `connect_timeout` may be left out (the GCS lock connects over HTTP with
+/// a request timeout instead).
+macro_rules! lease_setters {
+    (
+        $(#[$ttl_doc:meta])* ttl;
+        $(#[$every_doc:meta])* refresh_interval;
+        $(#[$fails_doc:meta])* max_refresh_fails;
+        $($(#[$connect_doc:meta])* connect_timeout;)?
+    ) => {
+        $(#[$ttl_doc])*
+        pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
+            self.lease.ttl = Some(ttl);
+            self
+        }
+        $(#[$every_doc])*
+        pub fn refresh_interval(mut self, every: std::time::Duration) -> Self {
+            self.lease.refresh_interval = Some(every);
+            self
+        }
+        $(#[$fails_doc])*
+        pub fn max_refresh_fails(mut self, count: u32) -> Self {
+            self.lease.max_refresh_fails = count;
+            self
+        }
+        $(
+            $(#[$connect_doc])*
+            pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
+                self.lease.connect_timeout = timeout;
+                self
+            }
+        )?
+    };
+}
+pub(crate) use lease_setters;
+
 /// The lease setters every Redis builder has (Lock, WaitGroup, the quorum
 /// RwLock), for code that configures any of them the same way (the
 /// bindings' constructors).
@@ -130,6 +293,37 @@ mod tests {
     fn default_refresh_leaves_room_for_every_allowed_failure() {
         let lease = Lease::new(S(30), None, 3).unwrap();
         assert_eq!(lease.refresh_every, Duration::from_secs_f64(30.0 / 9.0));
+    }
+
+    #[test]
+    fn only_max_refresh_fails_in_a_row_exhaust_a_hold() {
+        let lease = Lease::new(S(30), None, 3).unwrap();
+        let mut keep = KeepAlive::new(&lease);
+        assert_eq!(keep.failed(&"timeout"), Verdict::TryAgain);
+        keep.succeeded();
+        assert_eq!(keep.failed(&"timeout"), Verdict::TryAgain);
+        assert_eq!(keep.failed(&"timeout"), Verdict::TryAgain);
+        #[cfg(feature = "redis")]
+        assert_eq!(keep.tally(), "2/3");
+        let first = Some(Duration::from_millis(100));
+        assert_eq!(keep.next_try(first), Duration::from_millis(200));
+        assert_eq!(keep.next_try(None), lease.refresh_every);
+        assert_eq!(
+            keep.failed(&"timeout"),
+            Verdict::Exhausted("3 refreshes in a row failed, the last with: timeout".into())
+        );
+    }
+
+    #[test]
+    fn options_take_the_primitive_default_ttl_unless_one_is_set() {
+        let options = LeaseOptions::default();
+        assert_eq!(options.lease(S(300)).unwrap().ttl, S(300));
+        let options = LeaseOptions {
+            ttl: Some(S(7)),
+            ..options
+        };
+        assert_eq!(options.lease(S(300)).unwrap().ttl, S(7));
+        assert_eq!(options.lease(S(300)).unwrap().max_refresh_fails, 3);
     }
 
     #[cfg(feature = "redis")]

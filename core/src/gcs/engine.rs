@@ -16,7 +16,7 @@ use super::store::{LockObject, Metadata, Reply, Store, StoreError, Version};
 use crate::clock::Stamp;
 use crate::error::Result;
 use crate::health::Health;
-use crate::lease::Lease;
+use crate::lease::{KeepAlive, Lease, Verdict};
 use crate::limits;
 use crate::runtime;
 
@@ -229,8 +229,8 @@ async fn refresh_loop(
     health: Arc<Health>,
 ) {
     let lease = &engine.lease;
-    let mut failures = 0;
-    let mut wait = lease.refresh_every;
+    let mut keep = KeepAlive::new(lease);
+    let mut wait = keep.next_try(None);
     loop {
         tokio::time::sleep(wait).await;
         // Held only for the requests, so stopping the hold never waits out
@@ -241,8 +241,8 @@ async fn refresh_loop(
         match write_if_ours(&engine, &identity, *current).await {
             Ok(reply) => {
                 *current = reply.value.version;
-                failures = 0;
-                wait = lease.refresh_every;
+                keep.succeeded();
+                wait = keep.next_try(None);
                 let written = reply.value.expires_at.unwrap_or(0.0);
                 health.extend(engine.deadline(written, sent));
                 health.set_failing(None);
@@ -266,7 +266,8 @@ async fn refresh_loop(
                 return;
             }
             Err(failure) => {
-                failures += 1;
+                let verdict = keep.failed(&failure);
+                let failures = keep.failures();
                 engine.record_refresh_error(&failure.to_string());
                 if health.valid_until().has_passed() {
                     engine.log(log::Level::Error, || {
@@ -277,18 +278,16 @@ async fn refresh_loop(
                     ));
                     return;
                 }
-                if failures >= lease.max_refresh_fails {
+                if let Verdict::Exhausted(reason) = verdict {
                     engine.log(log::Level::Error, || {
                         format!("Lock refresh failed {failures} times in succession. Declaring lock as unhealthy until one succeeds")
                     });
-                    health.set_failing(Some(format!(
-                        "{failures} refreshes in a row failed, the last with: {failure}"
-                    )));
+                    health.set_failing(Some(reason));
                 }
                 // Again soon, as every caller-side request does, but never
                 // later than the next regular refresh.
-                wait = (RETRY_FIRST_WAIT * 2u32.saturating_pow(failures - 1))
-                    .min(lease.refresh_every)
+                wait = keep
+                    .next_try(Some(RETRY_FIRST_WAIT))
                     .min(health.valid_until().left());
             }
         }

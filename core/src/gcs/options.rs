@@ -12,7 +12,7 @@ use super::engine::{Engine, LogSink};
 use super::lock::Lock;
 use super::store::Store;
 use crate::error::{Error, Result};
-use crate::lease::Lease;
+use crate::lease::LeaseOptions;
 use crate::limits;
 
 /// Options for a [`Lock`]; start with [`Lock::builder`]. Names and
@@ -22,10 +22,8 @@ use crate::limits;
 pub struct LockBuilder {
     bucket_name: String,
     path: String,
-    ttl: Duration,
+    lease: LeaseOptions,
     timeout: Option<Duration>,
-    refresh_interval: Option<Duration>,
-    max_refresh_fails: u32,
     backoff_min: Duration,
     backoff_max: Duration,
     backoff_multiplier: f64,
@@ -46,10 +44,8 @@ impl LockBuilder {
         LockBuilder {
             bucket_name,
             path,
-            ttl: Duration::from_secs(300),
+            lease: LeaseOptions::default(),
             timeout: None,
-            refresh_interval: None,
-            max_refresh_fails: 3,
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(30),
             backoff_multiplier: 2.0,
@@ -66,26 +62,19 @@ impl LockBuilder {
         }
     }
 
-    /// How long the lock outlives its holder's last refresh (default 300 s; at most
-    /// 30 days).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
+    crate::lease::lease_setters! {
+        /// How long the lock outlives its holder's last refresh (default 300 s; at most
+        /// 30 days).
+        ttl;
+        /// Refresh period, below ttl / max_refresh_fails (default a third of that).
+        refresh_interval;
+        /// Consecutive transient refresh failures that make it unhealthy until
+        /// a refresh lands again (default 3).
+        max_refresh_fails;
     }
     /// The wait of [`Lock::lock`] (default: forever; at most 100 years).
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
-        self
-    }
-    /// Refresh period, below ttl / max_refresh_fails (default a third of that).
-    pub fn refresh_interval(mut self, every: Duration) -> Self {
-        self.refresh_interval = Some(every);
-        self
-    }
-    /// Consecutive transient refresh failures that make it unhealthy until
-    /// a refresh lands again (default 3).
-    pub fn max_refresh_fails(mut self, count: u32) -> Self {
-        self.max_refresh_fails = count;
         self
     }
     /// First wait of a waiter, and the least one (default 1 s; at most 30 days).
@@ -182,7 +171,7 @@ impl LockBuilder {
         if self.path.is_empty() {
             return Err(Error::config("path must not be empty"));
         }
-        let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
+        let lease = self.lease.lease(Duration::from_secs(300))?;
         let backoff = Backoff::new(self.backoff_min, self.backoff_max, self.backoff_multiplier)?;
         limits::positive_period("request_timeout", self.request_timeout)?;
         limits::wait(self.timeout)?;

@@ -34,7 +34,7 @@ use super::tally::{read_quorum, write_quorum};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
-use crate::lease::Lease;
+use crate::lease::{KeepAlive, Lease, Verdict};
 use crate::runtime;
 
 /// Everything the attempts and the refreshers share.
@@ -258,9 +258,9 @@ async fn refresh_loop(
 ) {
     let lease = &quorum.lease;
     let needed = quorum.quorum(request.mode);
-    let mut failures = 0;
+    let mut keep = KeepAlive::new(lease);
     loop {
-        tokio::time::sleep(lease.refresh_every).await;
+        tokio::time::sleep(keep.next_try(None)).await;
         let sent = Stamp::now();
         let targets: Vec<usize> = round.granted().iter().map(|&(i, _)| i).collect();
         let outcomes = ask_all(&quorum.nodes, &targets, quorum.request_timeout, |node| {
@@ -279,7 +279,7 @@ async fn refresh_loop(
             }
         }
         if live >= needed {
-            failures = 0;
+            keep.succeeded();
             health.extend(sent + lease.ttl);
             continue;
         }
@@ -292,17 +292,15 @@ async fn refresh_loop(
             health.mark_lost(reason);
             return;
         }
-        failures += 1;
         let error = last_error.map(|e| e.to_string()).unwrap_or_default();
+        let verdict = keep.failed_as(&format!("reached fewer than {needed} nodes"), &error);
         log::warn!(
-            "refreshing {} reached only {live} nodes ({failures}/{}): {error}",
+            "refreshing {} reached only {live} nodes ({}): {error}",
             quorum.what,
-            lease.max_refresh_fails
+            keep.tally()
         );
-        if failures >= lease.max_refresh_fails {
-            health.mark_lost(format!(
-                "{failures} refreshes in a row reached fewer than {needed} nodes, the last with: {error}"
-            ));
+        if let Verdict::Exhausted(reason) = verdict {
+            health.mark_lost(reason);
             return;
         }
     }

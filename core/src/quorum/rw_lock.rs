@@ -10,7 +10,7 @@ use super::node::{Mode, NetLocker, RedisNode};
 use crate::error::{Error, Result};
 use crate::holds::PerHolder;
 use crate::identity::{holder_identity, holder_number, random_hex};
-use crate::lease::Lease;
+use crate::lease::{Lease, LeaseOptions};
 use crate::limits;
 use crate::redis::{check_name, server};
 
@@ -54,41 +54,28 @@ pub struct RwLock {
 pub struct RwLockBuilder {
     urls: Vec<String>,
     name: String,
-    ttl: Duration,
+    lease: LeaseOptions,
     timeout: Option<Duration>,
-    refresh_interval: Option<Duration>,
-    max_refresh_fails: u32,
-    connect_timeout: Duration,
 }
 
 crate::lease::lease_builder!(RwLockBuilder);
 
 impl RwLockBuilder {
-    /// How long each node keeps a grant after its holder's last refresh (default 30 s;
-    /// at most 30 days).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
+    crate::lease::lease_setters! {
+        /// How long each node keeps a grant after its holder's last refresh (default 30 s;
+        /// at most 30 days).
+        ttl;
+        /// Refresh period; must be below ttl / max_refresh_fails (default: a third of that).
+        refresh_interval;
+        /// Consecutive refreshes that reach no quorum before the lock turns unhealthy (default 3).
+        max_refresh_fails;
+        /// How long connecting to a node may take (default 5 s; at most 30 days).
+        connect_timeout;
     }
     /// The wait of [`RwLock::write_lock`] and [`RwLock::read_lock`] (default: forever;
     /// at most 100 years).
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
-        self
-    }
-    /// Refresh period; must be below ttl / max_refresh_fails (default: a third of that).
-    pub fn refresh_interval(mut self, every: Duration) -> Self {
-        self.refresh_interval = Some(every);
-        self
-    }
-    /// Consecutive refreshes that reach no quorum before the lock turns unhealthy (default 3).
-    pub fn max_refresh_fails(mut self, count: u32) -> Self {
-        self.max_refresh_fails = count;
-        self
-    }
-    /// How long connecting to a node may take (default 5 s; at most 30 days).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
         self
     }
 
@@ -98,12 +85,12 @@ impl RwLockBuilder {
     /// [`Error::Config`] for no URLs, more than 32, the same server twice,
     /// an unparsable URL, an empty name, or a lease that cannot be kept alive.
     pub fn build(self) -> Result<RwLock> {
-        limits::positive_period("connect_timeout", self.connect_timeout)?;
+        let connect_timeout = self.lease.connect_timeout()?;
         limits::wait(self.timeout)?;
         let request_timeout = self.timing()?.request_timeout;
         let mut nodes: Vec<Arc<dyn NetLocker>> = Vec::with_capacity(self.urls.len());
         for url in &self.urls {
-            let server = server(url, self.connect_timeout)?;
+            let server = server(url, connect_timeout)?;
             let node = Arc::new(RedisNode::new(server, request_timeout));
             if nodes.iter().any(|seen| seen.name() == node.name()) {
                 return Err(Error::config(format!(
@@ -150,12 +137,12 @@ impl RwLockBuilder {
     }
 
     fn timing(&self) -> Result<Timing> {
-        let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
+        let lease = self.lease.lease(Duration::from_secs(30))?;
         // A node slower than this is "not answering" for one attempt; its
         // grant, if it comes, is adopted or released when it does.
         let attempt_timeout = Duration::from_millis(500).min(lease.ttl / 2);
         Ok(Timing {
-            request_timeout: (attempt_timeout * 4).max(self.connect_timeout.min(lease.ttl)),
+            request_timeout: (attempt_timeout * 4).max(self.lease.connect_timeout.min(lease.ttl)),
             attempt_timeout,
             lease,
         })
@@ -197,11 +184,8 @@ impl RwLock {
         RwLockBuilder {
             urls: urls.into_iter().map(Into::into).collect(),
             name: name.into(),
-            ttl: Duration::from_secs(30),
+            lease: LeaseOptions::default(),
             timeout: None,
-            refresh_interval: None,
-            max_refresh_fails: 3,
-            connect_timeout: Duration::from_secs(5),
         }
     }
 

@@ -15,7 +15,7 @@ use super::slots::{Renewal, Slots, WAITER_LEASE};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
-use crate::lease::Lease;
+use crate::lease::{KeepAlive, Lease, Verdict};
 use crate::runtime;
 
 /// The refresher id of the process that took a slot (see `refresh.lua`);
@@ -92,7 +92,7 @@ impl Hold {
 /// from the caller's thread: its tries, `max_refresh_fails` at most, all
 /// fit in the handoff window.
 fn take_up(s: &Slots, token: &str, refresher: &str, valid_until: Stamp) -> Result<()> {
-    let mut failures = 0;
+    let mut keep = KeepAlive::new(&s.lease);
     let renewed: Vec<i64> = loop {
         // No try can succeed after the handoff window: none may
         // outlast it.
@@ -106,8 +106,8 @@ fn take_up(s: &Slots, token: &str, refresher: &str, valid_until: Stamp) -> Resul
         });
         match outcome {
             Err(e) => {
-                failures += 1;
-                if failures >= s.lease.max_refresh_fails || valid_until.has_passed() {
+                let exhausted = matches!(keep.failed(&e), Verdict::Exhausted(_));
+                if exhausted || valid_until.has_passed() {
                     return Err(e);
                 }
                 std::thread::sleep(first_refresh_retry(&s.lease));
@@ -168,14 +168,14 @@ async fn refresh_loop(
     mut due_now: bool,
 ) {
     let lease = &slots.lease;
-    let mut failures = 0;
+    let mut keep = KeepAlive::new(lease);
     // A handed-over grant lasts only the handoff window until its first
     // refresh: retries of that one come quickly enough to fit them all in.
     let mut taken_up = !due_now;
     loop {
         if !due_now {
             let pause = if taken_up {
-                lease.refresh_every
+                keep.next_try(None)
             } else {
                 first_refresh_retry(lease)
             };
@@ -187,7 +187,7 @@ async fn refresh_loop(
         match outcome {
             Ok(Renewal::Extended) => {
                 taken_up = true;
-                failures = 0;
+                keep.succeeded();
                 health.extend(sent + lease.ttl);
             }
             Ok(Renewal::Adopted) => {
@@ -204,16 +204,10 @@ async fn refresh_loop(
                 return;
             }
             Err(e) => {
-                failures += 1;
-                log::warn!(
-                    "refreshing {} failed ({failures}/{}): {e}",
-                    slots.what,
-                    lease.max_refresh_fails
-                );
-                if failures >= lease.max_refresh_fails {
-                    health.mark_lost(format!(
-                        "{failures} refreshes in a row failed, the last with: {e}"
-                    ));
+                let verdict = keep.failed(&e);
+                log::warn!("refreshing {} failed ({}): {e}", slots.what, keep.tally());
+                if let Verdict::Exhausted(reason) = verdict {
+                    health.mark_lost(reason);
                     return;
                 }
             }

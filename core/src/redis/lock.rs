@@ -13,7 +13,7 @@ use super::slots::Shape;
 use crate::error::{Error, Result};
 use crate::holds::PerHolder;
 use crate::identity::{holder_identity, holder_number, random_hex, request_token};
-use crate::lease::Lease;
+use crate::lease::{Lease, LeaseOptions};
 use crate::limits;
 
 /// A distributed mutual-exclusion lock on one Redis server (or Cluster).
@@ -53,12 +53,9 @@ pub struct Lock {
 pub struct LockBuilder {
     url: String,
     name: String,
-    ttl: Option<Duration>,
+    lease: LeaseOptions,
     timeout: Option<Duration>,
-    refresh_interval: Option<Duration>,
-    max_refresh_fails: u32,
     identity_prefix: Option<String>,
-    connect_timeout: Duration,
     session: Option<Arc<SessionState>>,
     value: Option<String>,
 }
@@ -66,12 +63,18 @@ pub struct LockBuilder {
 crate::lease::lease_builder!(LockBuilder);
 
 impl LockBuilder {
-    /// How long the lock outlives its holder's last refresh (default 30 s;
-    /// at most 30 days, [`MAX_PERIOD`](crate::MAX_PERIOD)).
-    /// Not for a lock under a session, which lives as long as the session.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
+    crate::lease::lease_setters! {
+        /// How long the lock outlives its holder's last refresh (default 30 s;
+        /// at most 30 days, [`MAX_PERIOD`](crate::MAX_PERIOD)).
+        /// Not for a lock under a session, which lives as long as the session.
+        ttl;
+        /// Refresh period; must be below ttl / max_refresh_fails
+        /// (default: a third of that).
+        refresh_interval;
+        /// Consecutive transient refresh failures that make the lock unhealthy (default 3).
+        max_refresh_fails;
+        /// How long connecting to Redis may take before it counts as unreachable (default 5 s; at most 30 days).
+        connect_timeout;
     }
     /// Holds the lock under `session`: no TTL or refresher of its own, the
     /// session's renewal keeps it, its health is the session's, and it is
@@ -93,26 +96,10 @@ impl LockBuilder {
         self.timeout = timeout;
         self
     }
-    /// Refresh period; must be below ttl / max_refresh_fails
-    /// (default: a third of that).
-    pub fn refresh_interval(mut self, every: Duration) -> Self {
-        self.refresh_interval = Some(every);
-        self
-    }
-    /// Consecutive transient refresh failures that make the lock unhealthy (default 3).
-    pub fn max_refresh_fails(mut self, count: u32) -> Self {
-        self.max_refresh_fails = count;
-        self
-    }
     /// Prefix of holder identities (default: random hex). Holders are
     /// `<prefix>-<pid>/<thread>`.
     pub fn identity_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.identity_prefix = Some(prefix.into());
-        self
-    }
-    /// How long connecting to Redis may take before it counts as unreachable (default 5 s; at most 30 days).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
         self
     }
 
@@ -129,15 +116,8 @@ impl LockBuilder {
                     "a value is stored only for a lock under a session",
                 ));
             }
-            None => (
-                Lease::new(
-                    self.ttl.unwrap_or(Duration::from_secs(30)),
-                    self.refresh_interval,
-                    self.max_refresh_fails,
-                )?,
-                None,
-            ),
-            Some(_) if self.ttl.is_some() || self.refresh_interval.is_some() => {
+            None => (self.lease.lease(Duration::from_secs(30))?, None),
+            Some(_) if self.lease.ttl.is_some() || self.lease.refresh_interval.is_some() => {
                 return Err(Error::config(
                     "a lock under a session has no ttl or refresh_interval of its own: it lives as long as the session",
                 ));
@@ -150,7 +130,7 @@ impl LockBuilder {
                 )
             }
         };
-        limits::positive_period("connect_timeout", self.connect_timeout)?;
+        let connect_timeout = self.lease.connect_timeout()?;
         limits::wait(self.timeout)?;
         let prefix = match self.identity_prefix {
             Some(prefix) if prefix.is_empty() => {
@@ -162,7 +142,7 @@ impl LockBuilder {
                 None => random_hex(8),
             },
         };
-        let route = Route::new(server(&self.url, self.connect_timeout)?);
+        let route = Route::new(server(&self.url, connect_timeout)?);
         let what = format!("lock {:?}", self.name);
         Ok(Lock {
             holds: PerHolder::new(what.clone()),
@@ -180,12 +160,9 @@ impl Lock {
         LockBuilder {
             url: url.into(),
             name: name.into(),
-            ttl: None,
+            lease: LeaseOptions::default(),
             timeout: None,
-            refresh_interval: None,
-            max_refresh_fails: 3,
             identity_prefix: None,
-            connect_timeout: Duration::from_secs(5),
             session: None,
             value: None,
         }

@@ -15,8 +15,7 @@ use super::slots::Shape;
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
 use crate::identity::uuid4;
-use crate::lease::Lease;
-use crate::limits;
+use crate::lease::LeaseOptions;
 
 /// At most `limit` holders at a time across every process, however many
 /// crash: a crashed holder's slot comes free after `ttl`.
@@ -67,34 +66,21 @@ pub struct WaitGroupBuilder {
     url: String,
     name: String,
     limit: u32,
-    ttl: Duration,
-    refresh_interval: Option<Duration>,
-    max_refresh_fails: u32,
-    connect_timeout: Duration,
+    lease: LeaseOptions,
 }
 
 crate::lease::lease_builder!(WaitGroupBuilder);
 
 impl WaitGroupBuilder {
-    /// How long a slot outlives its holder's last refresh (default 30 s; at most 30 days).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-    /// Refresh period; must be below ttl / max_refresh_fails.
-    pub fn refresh_interval(mut self, every: Duration) -> Self {
-        self.refresh_interval = Some(every);
-        self
-    }
-    /// Consecutive transient refresh failures that make a slot unhealthy (default 3).
-    pub fn max_refresh_fails(mut self, count: u32) -> Self {
-        self.max_refresh_fails = count;
-        self
-    }
-    /// How long connecting may take before Redis counts as unreachable (default 5 s; at most 30 days).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
+    crate::lease::lease_setters! {
+        /// How long a slot outlives its holder's last refresh (default 30 s; at most 30 days).
+        ttl;
+        /// Refresh period; must be below ttl / max_refresh_fails.
+        refresh_interval;
+        /// Consecutive transient refresh failures that make a slot unhealthy (default 3).
+        max_refresh_fails;
+        /// How long connecting may take before Redis counts as unreachable (default 5 s; at most 30 days).
+        connect_timeout;
     }
 
     /// Validates the options; touches no server.
@@ -108,9 +94,8 @@ impl WaitGroupBuilder {
         if self.limit == 0 {
             return Err(Error::config("limit must be at least 1"));
         }
-        let lease = Lease::new(self.ttl, self.refresh_interval, self.max_refresh_fails)?;
-        limits::positive_period("connect_timeout", self.connect_timeout)?;
-        let route = Route::new(server(&self.url, self.connect_timeout)?);
+        let lease = self.lease.lease(Duration::from_secs(30))?;
+        let route = Route::new(server(&self.url, self.lease.connect_timeout()?)?);
         let what = format!("wait group {:?}", self.name);
         Ok(WaitGroup {
             semaphore: Semaphore::new(route, keys, Shape::WaitGroup(self.limit), lease, what, None),
@@ -130,10 +115,7 @@ impl WaitGroup {
             url: url.into(),
             name: name.into(),
             limit,
-            ttl: Duration::from_secs(30),
-            refresh_interval: None,
-            max_refresh_fails: 3,
-            connect_timeout: Duration::from_secs(5),
+            lease: LeaseOptions::default(),
         }
     }
 
