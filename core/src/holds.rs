@@ -121,8 +121,9 @@ impl<V: Held> PerHolder<V> {
         }
     }
 
-    /// This process's holds, for what only one lock does.
-    #[cfg(feature = "gcs")]
+    /// This process's holds, for what only one lock does (the GCS lock's
+    /// own queries, a quorum test's simulated crash).
+    #[cfg(any(feature = "gcs", test))]
     pub(crate) fn get(&self) -> ProcessHolds<'_, u64, V> {
         self.holds.get()
     }
