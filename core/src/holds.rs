@@ -123,7 +123,7 @@ impl<V: Held> PerHolder<V> {
 
     /// This process's holds, for what only one lock does (the GCS lock's
     /// own queries, a quorum test's simulated crash).
-    #[cfg(any(feature = "gcs", test))]
+    #[cfg(any(feature = "gcs", all(test, feature = "quorum")))]
     pub(crate) fn get(&self) -> ProcessHolds<'_, u64, V> {
         self.holds.get()
     }
