@@ -36,19 +36,7 @@ impl RedisServer {
 
     fn start_on(port: u16) -> RedisServer {
         let dir = TempDir::new();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .current_dir(&dir.0)
-            .stdout(Stdio::null())
+        let child = redis_server(port, &dir)
             .spawn()
             .expect("redis-server must be installed (scripts/setup installs it)");
         let server = RedisServer {
@@ -166,6 +154,26 @@ impl Drop for ClusterNode {
     }
 }
 
+/// A redis-server on `port` that keeps nothing on disk, run in `dir`;
+/// callers add their own options and spawn it.
+fn redis_server(port: u16, dir: &TempDir) -> Command {
+    let mut command = Command::new("redis-server");
+    command
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .current_dir(&dir.0)
+        .stdout(Stdio::null());
+    command
+}
+
 impl ClusterNode {
     /// A cluster-enabled redis-server on a free port, answering. A port
     /// (or its bus port, port + 10000) found free can be taken by another
@@ -180,17 +188,7 @@ impl ClusterNode {
                 }
             };
             let dir = TempDir::new();
-            let child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
+            let child = redis_server(port, &dir)
                 .args([
                     "--cluster-enabled",
                     "yes",
@@ -201,8 +199,6 @@ impl ClusterNode {
                     // machine) would stop the cluster: keep the default.
                     if replicas > 0 { "1000" } else { "15000" },
                 ])
-                .current_dir(&dir.0)
-                .stdout(Stdio::null())
                 .spawn()
                 .expect("redis-server must be installed");
             let mut node = ClusterNode {
