@@ -14,6 +14,7 @@ use redis::{
     Value,
 };
 
+use super::caller::Caller;
 use super::failure::{interrupted_by_signal, is_cluster_reply, Failure, OnSignal};
 use crate::error::{Error, Result};
 
@@ -131,7 +132,9 @@ impl Server {
         Ok(server.clone())
     }
 
-    fn checkout(&self) -> Result<(Connection, bool)> {
+    /// A pooled connection (true), or a new one; connecting is cut to the
+    /// caller's deadline and ended by its interrupt.
+    fn checkout(&self, caller: &Caller) -> std::result::Result<(Connection, bool), Failure> {
         {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             let pid = std::process::id();
@@ -147,18 +150,22 @@ impl Server {
         let conn = loop {
             match self
                 .client
-                .get_connection_with_timeout(self.connect_timeout)
+                .get_connection_with_timeout(caller.read_timeout(self.connect_timeout))
             {
                 Ok(conn) => break conn,
+                Err(e) if interrupted_by_signal(&e) && caller.interrupted() => {
+                    return Err(Failure::Interrupted);
+                }
                 // Connecting twice is always safe.
                 Err(e) if interrupted_by_signal(&e) && interruptions < MAX_INTERRUPTIONS => {
                     interruptions += 1;
                 }
-                Err(e) => return Err(self.error("connect", e)),
+                Err(_) if caller.is_late() => return Err(Failure::Late),
+                Err(e) => return Err(Failure::Unreachable(self.error("connect", e))),
             }
         };
         conn.set_write_timeout(Some(COMMAND_TIMEOUT))
-            .map_err(|e| self.error("connect", e))?;
+            .map_err(|e| Failure::Unreachable(self.error("connect", e)))?;
         Ok((conn, false))
     }
 
@@ -169,28 +176,32 @@ impl Server {
         }
     }
 
-    /// Runs `request` on a pooled connection. A pooled connection that turns
-    /// out dead (the server restarted) is replaced once: it never carried the
-    /// request to a live server, so repeating it is safe. A read cut short by
-    /// a signal (EINTR: Ruby and Python install handlers) drops the
-    /// connection, whose state is then unknown, and either repeats the
-    /// request or reports [`Failure::Signal`], as `on_signal` says.
+    /// Runs `request` on a pooled connection for `caller`, waiting up to
+    /// `read_timeout` for the answer, or less if the caller gives up
+    /// sooner. A pooled connection that turns out dead (the server
+    /// restarted) is replaced once: it never carried the request to a live
+    /// server, so repeating it is safe. A read cut short by a signal (EINTR:
+    /// Ruby and Python install handlers) drops the connection, whose state
+    /// is then unknown, and ends the request if the caller is interrupted;
+    /// otherwise it repeats the request or reports [`Failure::Signal`], as
+    /// `on_signal` says.
     pub(crate) fn run<T>(
         &self,
         operation: &str,
         read_timeout: Duration,
+        caller: &Caller,
         on_signal: OnSignal,
         mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> std::result::Result<T, Failure> {
         let mut stale_retried = false;
         let mut interruptions = 0;
         loop {
-            let (mut conn, pooled) = self.checkout().map_err(|e| match stale_retried {
+            let (mut conn, pooled) = self.checkout(caller).map_err(|failure| match failure {
                 // The dead connection may have carried the request after all.
-                true => Failure::Broken(e),
-                false => Failure::Unreachable(e),
+                Failure::Unreachable(e) if stale_retried => Failure::Broken(e),
+                failure => failure,
             })?;
-            conn.set_read_timeout(Some(read_timeout))
+            conn.set_read_timeout(Some(caller.read_timeout(read_timeout)))
                 .map_err(|e| Failure::Fatal(self.error(operation, e)))?;
             match request(&mut conn) {
                 Ok(value) => {
@@ -201,15 +212,22 @@ impl Server {
                     self.checkin(conn);
                     return Err(Failure::of(&self.name, operation, e));
                 }
+                Err(e) if interrupted_by_signal(&e) && caller.interrupted() => {
+                    return Err(Failure::Interrupted);
+                }
                 Err(e) if interrupted_by_signal(&e) => match on_signal {
                     OnSignal::Report => return Err(Failure::Signal),
                     OnSignal::Repeat if interruptions < MAX_INTERRUPTIONS => interruptions += 1,
                     OnSignal::Repeat => return Err(Failure::Fatal(self.error(operation, e))),
                 },
+                Err(e) if caller.is_late() && e.is_timeout() => return Err(Failure::Late),
                 Err(e) if pooled && !stale_retried && e.is_connection_dropped() => {
                     stale_retried = true;
                 }
                 Err(e) => return Err(Failure::of(&self.name, operation, e)),
+            }
+            if caller.is_late() {
+                return Err(Failure::Late);
             }
         }
     }
@@ -291,9 +309,13 @@ impl Server {
         if self.knows_peers() {
             return;
         }
-        let asked = self.run("cluster slots", COMMAND_TIMEOUT, OnSignal::Report, |conn| {
-            Ok(redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(conn))
-        });
+        let asked = self.run(
+            "cluster slots",
+            COMMAND_TIMEOUT,
+            &Caller::patient(),
+            OnSignal::Report,
+            |conn| Ok(redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(conn)),
+        );
         if let Ok(slots) = asked {
             self.know_peers(slots);
         }
