@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockyard::redis::{Lock, WaitGroup};
+use lockyard::redis::{Election, Lock, Session, WaitGroup};
 use lockyard::Error;
 use support::{RedisServer, StallProxy};
 
@@ -64,6 +64,31 @@ fn a_wait_group_wait_ends_at_the_callers_timeout_when_the_network_goes_silent() 
     assert!(waited < MS(1600), "wait(timeout=1 s) took {waited:?}");
     proxy.speak();
     drop(slot);
+}
+
+#[test]
+fn an_observer_ends_at_the_callers_timeout_when_the_network_goes_silent() {
+    let server = RedisServer::start();
+    let proxy = StallProxy::start(server.port);
+    // The session reaches the server directly: only the observer's
+    // requests cross the silence.
+    let session = Session::builder(server.url())
+        .ttl(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let election = Election::new(&proxy.url(), "silent-election", &session).unwrap();
+    let mut observer = election.observe();
+    let first = observer.next_change(Some(MS(500)), &|| false).unwrap();
+    assert!(first.is_some_and(|term| term.value.is_none()));
+    proxy.silence_all();
+    let started = Instant::now();
+    let next = observer.next_change(Some(Duration::from_secs(1)), &|| false);
+    let waited = started.elapsed();
+    assert!(matches!(next, Ok(None)), "{next:?}");
+    assert!(
+        waited < MS(1600),
+        "next_change(timeout=1 s) took {waited:?}"
+    );
 }
 
 #[test]

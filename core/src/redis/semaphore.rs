@@ -388,7 +388,7 @@ impl Semaphore {
     }
 
     /// Who holds the name now (and the last election term recorded).
-    pub(crate) fn holder(&self) -> Result<HolderState> {
-        self.slots.holder()
+    pub(crate) fn holder(&self, caller: &Caller) -> Result<HolderState> {
+        self.slots.holder(caller)
     }
 }

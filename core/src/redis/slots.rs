@@ -195,11 +195,12 @@ impl Slots {
     }
 
     /// Who holds the name now (and the last election term recorded).
-    pub(crate) fn holder(&self) -> Result<HolderState> {
+    pub(crate) fn holder(&self, caller: &Caller) -> Result<HolderState> {
         let (held, value, fence, last_term): (i64, String, u64, String) =
-            self.route.run("holder", COMMAND_TIMEOUT, |conn| {
-                prepare(&SCRIPTS.holder, &self.keys, self.shape.limit()).invoke(conn)
-            })?;
+            self.route
+                .run_for(caller, "holder", COMMAND_TIMEOUT, |conn| {
+                    prepare(&SCRIPTS.holder, &self.keys, self.shape.limit()).invoke(conn)
+                })?;
         Ok(HolderState {
             held: held == 1,
             value: (!value.is_empty()).then_some(value),
