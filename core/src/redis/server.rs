@@ -5,7 +5,7 @@
 //! inherited from its parent.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -36,7 +36,7 @@ pub(crate) struct Server {
     /// The other nodes of this server's Cluster (`host:port`), learned once
     /// while it answers, so that a route can still find its slot after this
     /// node itself failed over; empty when it is not in a Cluster.
-    peers: Mutex<Option<Vec<String>>>,
+    peers: OnceLock<Vec<String>>,
 }
 
 type Registry = Mutex<HashMap<(String, Duration), Arc<Server>>>;
@@ -85,7 +85,7 @@ impl Server {
             connect_timeout,
             idle: Mutex::new((std::process::id(), Vec::new())),
             background: Mutex::new(None),
-            peers: Mutex::new(None),
+            peers: OnceLock::new(),
         }
     }
 
@@ -294,11 +294,9 @@ impl Server {
         outcome
     }
 
+    /// Lock-free: every successful call asks it.
     fn knows_peers(&self) -> bool {
-        self.peers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.peers.get().is_some()
     }
 
     /// Learns the other nodes of this server's Cluster (CLUSTER SLOTS;
@@ -349,13 +347,13 @@ impl Server {
             Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => Vec::new(),
             Err(_) => return,
         };
-        *self.peers.lock().unwrap_or_else(|e| e.into_inner()) = Some(learned);
+        // Two calls may learn at once; either list will do.
+        let _ = self.peers.set(learned);
     }
 
     /// The `index`-th other node of this server's Cluster, if known.
     pub(crate) fn peer(&self, index: usize) -> Option<String> {
-        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        peers.as_ref()?.get(index).cloned()
+        self.peers.get()?.get(index).cloned()
     }
 
     /// Forgets a background connection that failed, so the next use reconnects.
