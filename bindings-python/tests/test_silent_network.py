@@ -1,5 +1,6 @@
 """A network gone silent (connections open, no byte passing) holds a wait
-no longer than its timeout, and Ctrl-C ends it at once."""
+no longer than its timeout, and Ctrl-C ends it at once; on a slow one, a
+wait that gives up leaves nothing queued behind it."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from redis_server import Redis
 
 
 class SilentProxy:
-    """A TCP proxy to `upstream_port` that can swallow every byte, of the
-    connections open now and later."""
+    """A TCP proxy to `upstream_port` that holds every chunk for `delay`
+    seconds, and can swallow every byte, of the connections open now and
+    later."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, delay: float = 0.0) -> None:
+        self._delay = delay
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._upstream_port = upstream_port
@@ -54,6 +57,7 @@ class SilentProxy:
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while chunk := source.recv(16384):
+                time.sleep(self._delay)
                 if not self._silent:
                     sink.sendall(chunk)
         except OSError:
@@ -122,3 +126,26 @@ def test_ctrl_c_ends_a_wait_on_a_silent_network_at_once(
     _, stderr = child.communicate(timeout=15)
     assert time.monotonic() - interrupted_at < 1.0
     assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+
+
+def test_a_wait_that_gives_up_on_a_slow_network_leaves_no_place_behind(
+    redis: Redis, name: str
+) -> None:
+    slow = SilentProxy(redis.port, delay=0.1)
+    try:
+        far = Lock(slow.url, name)
+        assert far.acquire(timeout=3.0)  # free: granted across the slow link
+        far.release()
+        holder, near = Lock(redis.url, name), Lock(redis.url, name)
+        holder.acquire()
+        started = time.monotonic()
+        assert far.acquire(timeout=0.15) is False
+        assert time.monotonic() - started < 0.8
+        time.sleep(0.6)  # its place is given back within a round trip or two
+        holder.release()
+        started = time.monotonic()
+        assert near.acquire(timeout=5.0)
+        assert time.monotonic() - started < 0.5
+        near.release()
+    finally:
+        slow.close()

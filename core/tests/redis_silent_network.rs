@@ -1,6 +1,6 @@
 //! Callers' waits on a network gone silent (connections open, no byte
-//! passing): the caller's timeout and interrupt bound them, not the
-//! 10 s command timeout.
+//! passing) or slow: the caller's timeout and interrupt bound them, not
+//! the 10 s command timeout, and what a wait gave up on is given back.
 
 mod support;
 
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use lockyard::redis::{Election, Lock, Session, WaitGroup};
 use lockyard::Error;
-use support::{RedisServer, StallProxy};
+use support::{DelayProxy, RedisServer, StallProxy};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -159,5 +159,37 @@ fn an_interrupt_ends_a_read_the_network_left_silent() {
     assert!(
         late < MS(300),
         "the interrupt took {late:?} to end the wait"
+    );
+}
+
+/// 100 ms each way: a wait that gives up before its answer comes leaves
+/// nothing queued or held behind it.
+#[test]
+fn a_slow_network_costs_time_not_a_place_in_the_queue() {
+    let server = RedisServer::start();
+    let slow = DelayProxy::start(server.port, MS(100));
+    let holder = lock(server.url(), "slow-link");
+    let far = lock(slow.url(), "slow-link");
+    let near = lock(server.url(), "slow-link");
+    // Free: a wait with time to spare is granted across the slow link.
+    drop(far.acquire(Some(Duration::from_secs(3))).unwrap());
+    let held = holder.acquire(Some(MS(500))).unwrap();
+    // Busy: the far wait gives up at its deadline, its request still on
+    // the way or queued.
+    let started = Instant::now();
+    let outcome = far.acquire(Some(MS(150))).map(|_| ());
+    assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
+    assert!(started.elapsed() < MS(800), "{:?}", started.elapsed());
+    // Its place is given back in the background within a round trip or
+    // two: the release hands the lock to the next live waiter, not to the
+    // far one's stale place for its 2 s handoff window.
+    std::thread::sleep(MS(600));
+    drop(held);
+    let started = Instant::now();
+    drop(near.acquire(Some(Duration::from_secs(5))).unwrap());
+    assert!(
+        started.elapsed() < MS(500),
+        "the next waiter waited {:?}",
+        started.elapsed()
     );
 }
