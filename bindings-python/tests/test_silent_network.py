@@ -140,8 +140,9 @@ def test_a_wait_that_gives_up_on_a_slow_network_leaves_no_place_behind(
         holder.acquire()
         started = time.monotonic()
         assert far.acquire(timeout=0.15) is False
-        assert time.monotonic() - started < 0.8
-        time.sleep(0.6)  # its place is given back within a round trip or two
+        # its timeout, plus a few of the link's 200 ms round trips
+        assert time.monotonic() - started < 1.5
+        time.sleep(1.0)  # its place is given back within a round trip or two
         holder.release()
         started = time.monotonic()
         assert near.acquire(timeout=5.0)

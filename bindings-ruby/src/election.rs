@@ -2,13 +2,12 @@
 //! `campaign`'s keywords and `observe`'s block are in `lib/lockyard/redis.rb`.
 
 use std::sync::Mutex;
-use std::time::Instant;
 
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
 
 use crate::convert;
 use crate::errors::OrRaise;
-use crate::nogvl::NoGvl;
+use crate::nogvl::{Deadline, NoGvl};
 use crate::session::Session;
 
 #[magnus::wrap(class = "Lockyard::Redis::Election", size)]
@@ -79,11 +78,13 @@ impl Election {
     ) -> Result<bool, Error> {
         let value = convert::string("value", value).or_raise(ruby)?;
         let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
-        let give_up_at = lockyard::limits::deadline(Instant::now(), timeout);
-        let won = rb_self.core.blocking(ruby, |election, interrupted| {
-            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
-            election.campaign_interruptibly(&value, left, interrupted)
-        })?;
+        let mut deadline = Deadline::new(timeout);
+        let won = rb_self
+            .core
+            .blocking(ruby, |election, interrupted| match deadline.left() {
+                Some(left) => election.campaign_interruptibly(&value, left, interrupted),
+                None => Ok(false),
+            })?;
         if won {
             return Ok(true);
         }
@@ -145,9 +146,11 @@ impl Observer {
         timeout: Value,
     ) -> Result<Option<(Option<String>, u64)>, Error> {
         let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
-        let give_up_at = lockyard::limits::deadline(Instant::now(), timeout);
+        let mut deadline = Deadline::new(timeout);
         let term = rb_self.core.blocking(ruby, |observer, interrupted| {
-            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+            let Some(left) = deadline.left() else {
+                return Ok(None);
+            };
             let mut observer = observer.lock().unwrap_or_else(|e| e.into_inner());
             observer.next_change(left, interrupted)
         })?;

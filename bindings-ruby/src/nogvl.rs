@@ -100,10 +100,10 @@ impl<T> NoGvl<T> {
         what: impl FnOnce() -> String,
         acquire: impl Fn(&T, Option<Duration>, &dyn Fn() -> bool) -> lockyard::Result<bool> + Sync,
     ) -> Result<bool, Error> {
-        let give_up_at = lockyard::limits::deadline(Instant::now(), timeout);
-        let acquired = self.blocking(ruby, |inner, interrupted| {
-            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
-            acquire(inner, left, interrupted)
+        let mut deadline = Deadline::new(timeout);
+        let acquired = self.blocking(ruby, |inner, interrupted| match deadline.left() {
+            Some(left) => acquire(inner, left, interrupted),
+            None => Ok(false),
         })?;
         if acquired {
             return Ok(true);
@@ -113,6 +113,35 @@ impl<T> NoGvl<T> {
             waited: timeout.unwrap_or_default(),
         })
         .or_raise(ruby)
+    }
+}
+
+/// The deadline of a wait that [`NoGvl::blocking`] may resume after an
+/// interrupt that raised nothing: a resumed wait keeps its original
+/// deadline, and one resumed with no time left is over. (The core reads a
+/// zero timeout as one attempt with no deadline at all, which a silent
+/// network would stretch to the command timeout.)
+pub(crate) struct Deadline {
+    give_up_at: Option<Instant>,
+    resumed: bool,
+}
+
+impl Deadline {
+    pub(crate) fn new(timeout: Option<Duration>) -> Self {
+        Deadline {
+            give_up_at: lockyard::limits::deadline(Instant::now(), timeout),
+            resumed: false,
+        }
+    }
+
+    /// The timeout for this run of the wait (None inside: forever), or
+    /// None when a resumed wait has run out.
+    pub(crate) fn left(&mut self) -> Option<Option<Duration>> {
+        let left = self
+            .give_up_at
+            .map(|at| at.saturating_duration_since(Instant::now()));
+        let resumed = std::mem::replace(&mut self.resumed, true);
+        (!(resumed && left == Some(Duration::ZERO))).then_some(left)
     }
 }
 

@@ -2,13 +2,11 @@
 //! defaults, `with_write_lock` and `with_read_lock` are in
 //! `lib/lockyard/quorum.rb`.
 
-use std::time::Instant;
-
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
 
 use crate::convert;
 use crate::errors::OrRaise;
-use crate::nogvl::NoGvl;
+use crate::nogvl::{Deadline, NoGvl};
 
 #[magnus::wrap(class = "Lockyard::Quorum::RwLock", size)]
 pub(crate) struct RwLock {
@@ -74,11 +72,11 @@ impl RwLock {
     /// (`write` true) or a read lock; false when the timeout ran out.
     fn acquire(ruby: &Ruby, rb_self: &Self, write: bool, timeout: Value) -> Result<bool, Error> {
         let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
-        let give_up_at = lockyard::limits::deadline(Instant::now(), timeout);
+        let mut deadline = Deadline::new(timeout);
         rb_self.core.blocking(ruby, |lock, interrupted| {
-            // A wait resumed after an interrupt that raised nothing keeps
-            // its original deadline.
-            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+            let Some(left) = deadline.left() else {
+                return Ok(false);
+            };
             if write {
                 lock.acquire_write_interruptibly(left, interrupted)
             } else {

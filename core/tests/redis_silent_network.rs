@@ -179,11 +179,13 @@ fn a_slow_network_costs_time_not_a_place_in_the_queue() {
     let started = Instant::now();
     let outcome = far.acquire(Some(MS(150))).map(|_| ());
     assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
-    assert!(started.elapsed() < MS(800), "{:?}", started.elapsed());
+    // Its timeout, plus a few of the link's 200 ms round trips: an answer
+    // on its way gets three, and so does the give-back.
+    assert!(started.elapsed() < MS(1500), "{:?}", started.elapsed());
     // Its place is given back in the background within a round trip or
     // two: the release hands the lock to the next live waiter, not to the
     // far one's stale place for its 2 s handoff window.
-    std::thread::sleep(MS(600));
+    std::thread::sleep(MS(1000));
     drop(held);
     let started = Instant::now();
     drop(near.acquire(Some(Duration::from_secs(5))).unwrap());

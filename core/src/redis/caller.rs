@@ -12,10 +12,12 @@
 
 use std::time::{Duration, Instant};
 
-/// However close the caller's deadline, a request gets this long to be
-/// answered: a wait always makes its first attempt, and a healthy server
-/// answers in well under a millisecond.
-const LEAST_TIME: Duration = Duration::from_millis(50);
+/// However close the caller's deadline, a request gets at least this long
+/// to be answered (or three round trips to its server, if longer): a wait
+/// always makes its first attempt, a healthy server answers in well under a
+/// millisecond, and a slow link must not turn every short wait into a
+/// timeout.
+pub(crate) const LEAST_TIME: Duration = Duration::from_millis(50);
 
 /// The caller a request runs for.
 #[derive(Clone, Copy)]
@@ -48,10 +50,11 @@ impl<'a> Caller<'a> {
     }
 
     /// How long to wait for an answer the request itself allows `limit`
-    /// for: cut to what is left of the caller's wait.
-    pub(crate) fn read_timeout(&self, limit: Duration) -> Duration {
+    /// for: cut to what is left of the caller's wait, but never under
+    /// `least` (see [`LEAST_TIME`]).
+    pub(crate) fn read_timeout(&self, limit: Duration, least: Duration) -> Duration {
         match self.give_up_at {
-            Some(at) => limit.min(at.saturating_duration_since(Instant::now()).max(LEAST_TIME)),
+            Some(at) => limit.min(at.saturating_duration_since(Instant::now()).max(least)),
             None => limit,
         }
     }
@@ -75,22 +78,20 @@ mod tests {
     fn a_read_waits_no_longer_than_the_caller_but_gets_its_least_time() {
         let never = || false;
         let soon = Caller::new(Some(Instant::now() + Duration::from_secs(1)), &never);
-        let cut = soon.read_timeout(Duration::from_secs(10));
+        let ten = Duration::from_secs(10);
+        let cut = soon.read_timeout(ten, LEAST_TIME);
         assert!(cut <= Duration::from_secs(1) && cut > Duration::from_millis(900));
-        assert_eq!(
-            soon.read_timeout(Duration::from_millis(5)),
-            Duration::from_millis(5)
-        );
+        let five = Duration::from_millis(5);
+        assert_eq!(soon.read_timeout(five, LEAST_TIME), five);
 
         let past = Caller::new(Some(Instant::now()), &never);
-        assert_eq!(past.read_timeout(Duration::from_secs(10)), LEAST_TIME);
+        assert_eq!(past.read_timeout(ten, LEAST_TIME), LEAST_TIME);
+        let three_round_trips = Duration::from_millis(300);
+        assert_eq!(past.read_timeout(ten, three_round_trips), three_round_trips);
         assert!(past.is_late() && !soon.is_late());
 
         let patient = Caller::patient();
-        assert_eq!(
-            patient.read_timeout(Duration::from_secs(10)),
-            Duration::from_secs(10)
-        );
+        assert_eq!(patient.read_timeout(ten, LEAST_TIME), ten);
         assert!(!patient.is_late() && !patient.interrupted());
     }
 }

@@ -75,6 +75,7 @@ impl Semaphore {
                 lease,
                 what,
                 binding,
+                leaving: Default::default(),
             }),
         }
     }
@@ -118,20 +119,21 @@ impl Semaphore {
                     // The reply may be what was lost: the script may have
                     // granted this request's token, which no later acquire
                     // presents again. Best effort, like a wait's give-up.
-                    let _ = self.slots.give_up(token);
+                    let _ = self.slots.give_up(token, true);
                     Err(e)
                 }
             };
         }
         let caller = Caller::new(give_up_at, interrupted);
-        let waited = match self.wait_in_queue(&caller, token, &meta) {
+        let mut unanswered = false;
+        let waited = match self.wait_in_queue(&caller, token, &meta, &mut unanswered) {
             // The deadline came while a request was unanswered.
             Err(Error::Timeout { .. }) => Ok(None),
             waited => waited,
         };
         if !matches!(waited, Ok(Some(_))) {
             // Leave the queue, and give back a slot handed over meanwhile.
-            let cancelled = self.slots.give_up(token);
+            let cancelled = self.slots.give_up(token, unanswered);
             if let (Ok(None), Err(e)) = (&waited, cancelled) {
                 return Err(e);
             }
@@ -139,10 +141,24 @@ impl Semaphore {
         waited
     }
 
-    fn wait_in_queue(&self, caller: &Caller, token: &str, meta: &str) -> Result<Option<Hold>> {
+    /// `unanswered` turns true when an attempt goes unanswered (no answer
+    /// by the deadline, a broken connection): the network may still
+    /// deliver it. An interrupted one reached the server long before the
+    /// give-up that follows it does, on any network that answers at all.
+    fn wait_in_queue(
+        &self,
+        caller: &Caller,
+        token: &str,
+        meta: &str,
+        unanswered: &mut bool,
+    ) -> Result<Option<Hold>> {
         loop {
             self.check_session()?;
-            let (clock, earliest_expiry) = match self.attempt(caller, token, meta, WAITER_LEASE)? {
+            let attempt = self.attempt(caller, token, meta, WAITER_LEASE);
+            *unanswered = attempt
+                .as_ref()
+                .is_err_and(|e| e.is_transient() || matches!(e, Error::Timeout { .. }));
+            let (clock, earliest_expiry) = match attempt? {
                 Attempt::Granted(hold) => return Ok(Some(hold)),
                 Attempt::Queued {
                     clock,
@@ -349,7 +365,9 @@ impl Semaphore {
             waited => waited,
         };
         if !matches!(waited, Ok(true)) {
-            let cancelled = self.slots.give_up(&watcher);
+            // A watch cut short and delivered late only watches again, for
+            // a waiter lease: no tombstone needed.
+            let cancelled = self.slots.give_up(&watcher, false);
             if let (Ok(false), Err(e)) = (&waited, cancelled) {
                 return Err(e);
             }

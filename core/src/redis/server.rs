@@ -5,6 +5,7 @@
 //! inherited from its parent.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use redis::{
     Value,
 };
 
-use super::caller::Caller;
+use super::caller::{Caller, LEAST_TIME};
 use super::failure::{interrupted_by_signal, is_cluster_reply, Failure, OnSignal};
 use crate::error::{Error, Result};
 
@@ -37,7 +38,15 @@ pub(crate) struct Server {
     /// while it answers, so that a route can still find its slot after this
     /// node itself failed over; empty when it is not in a Cluster.
     peers: OnceLock<Vec<String>>,
+    /// The smoothed round trip of callers' requests (µs; 0 before the
+    /// first connection), which bounds how far a caller's deadline may cut
+    /// a request short (see [`Server::least_time`]).
+    round_trip_us: AtomicU64,
 }
+
+/// Before the first connection to a server, how long connecting may take
+/// however close the caller's deadline: its round trip is not known yet.
+const FIRST_CONNECT_LEAST_TIME: Duration = Duration::from_secs(1);
 
 type Registry = Mutex<HashMap<(String, Duration), Arc<Server>>>;
 static SERVERS: LazyLock<Registry> = LazyLock::new(Default::default);
@@ -72,6 +81,19 @@ fn redact(url: &str) -> String {
 
 impl Server {
     fn new(client: Client, connect_timeout: Duration) -> Self {
+        // No CLIENT SETINFO when connecting: its two replies would be read
+        // each with the whole connect timeout, which a caller's deadline
+        // cannot cut.
+        let client = Client::open(
+            client.get_connection_info().clone().set_redis_settings(
+                client
+                    .get_connection_info()
+                    .redis_settings()
+                    .clone()
+                    .set_skip_set_lib_name(),
+            ),
+        )
+        .unwrap_or(client);
         if matches!(
             client.get_connection_info().addr(),
             ConnectionAddr::TcpTls { .. }
@@ -86,6 +108,7 @@ impl Server {
             idle: Mutex::new((std::process::id(), Vec::new())),
             background: Mutex::new(None),
             peers: OnceLock::new(),
+            round_trip_us: AtomicU64::new(0),
         }
     }
 
@@ -148,11 +171,15 @@ impl Server {
         }
         let mut interruptions = 0;
         let conn = loop {
-            match self
-                .client
-                .get_connection_with_timeout(caller.read_timeout(self.connect_timeout))
-            {
-                Ok(conn) => break conn,
+            let started = Instant::now();
+            let timeout = caller.read_timeout(self.connect_timeout, self.least_time());
+            match self.client.get_connection_with_timeout(timeout) {
+                Ok(conn) => {
+                    if self.round_trip_us.load(Ordering::Relaxed) == 0 {
+                        self.took(started.elapsed());
+                    }
+                    break conn;
+                }
                 Err(e) if interrupted_by_signal(&e) && caller.interrupted() => {
                     return Err(Failure::Interrupted);
                 }
@@ -167,6 +194,30 @@ impl Server {
         conn.set_write_timeout(Some(COMMAND_TIMEOUT))
             .map_err(|e| Failure::Unreachable(self.error("connect", e)))?;
         Ok((conn, false))
+    }
+
+    /// Folds one round trip into the smoothed one (as TCP's SRTT, 1/8).
+    fn took(&self, round_trip: Duration) {
+        let sample = u64::try_from(round_trip.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let _ = self
+            .round_trip_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |smoothed| {
+                Some(match smoothed {
+                    0 => sample,
+                    _ => smoothed - smoothed / 8 + sample / 8,
+                })
+            });
+    }
+
+    /// The least time a caller's deadline leaves a request: three round
+    /// trips, and at least [`LEAST_TIME`].
+    fn least_time(&self) -> Duration {
+        match self.round_trip_us.load(Ordering::Relaxed) {
+            0 => FIRST_CONNECT_LEAST_TIME,
+            us => LEAST_TIME.max(Duration::from_micros(us).saturating_mul(3)),
+        }
     }
 
     fn checkin(&self, conn: Connection) {
@@ -201,10 +252,17 @@ impl Server {
                 Failure::Unreachable(e) if stale_retried => Failure::Broken(e),
                 failure => failure,
             })?;
-            conn.set_read_timeout(Some(caller.read_timeout(read_timeout)))
+            conn.set_read_timeout(Some(caller.read_timeout(read_timeout, self.least_time())))
                 .map_err(|e| Failure::Fatal(self.error(operation, e)))?;
+            let sent = Instant::now();
             match request(&mut conn) {
                 Ok(value) => {
+                    // A request allowed more than the command timeout blocks
+                    // on the server by design (BLPOP, XREAD): its time is
+                    // not a round trip.
+                    if read_timeout <= COMMAND_TIMEOUT {
+                        self.took(sent.elapsed());
+                    }
                     self.checkin(conn);
                     return Ok(value);
                 }

@@ -3,7 +3,7 @@
 //! long a grant lasts and the session it is bound to; and the requests on
 //! one slot that take a single script call each.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::caller::Caller;
@@ -25,6 +25,19 @@ pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(2);
 
 /// How long a caller leaving the queue waits for the server to confirm.
 const LEAVING_TIME: Duration = Duration::from_millis(100);
+/// How long the server refuses an acquire that arrives after its caller
+/// gave up (held up in the network): longer than such a delay lasts but in
+/// rare cases, after which the late grant would block the name for one
+/// ttl, as a crashed holder does.
+const TOMBSTONE: Duration = Duration::from_secs(60);
+
+/// Give-ups the server has not confirmed yet: (token, tombstone ms, when
+/// asking is pointless). One background worker per name asks again.
+#[derive(Default)]
+pub(crate) struct Leaving {
+    tokens: Vec<(String, u64, Instant)>,
+    working: bool,
+}
 
 /// What a name is used as. Clients must agree while anyone holds or waits
 /// for it: the server records it with the first holder or waiter (`shape`
@@ -80,6 +93,7 @@ pub(crate) struct Slots {
     pub(crate) what: String,
     /// The session whose lease the grants share, if any.
     pub(crate) binding: Option<Binding>,
+    pub(crate) leaving: Mutex<Leaving>,
 }
 
 /// What [`Slots::holder`] saw, in one atomic read.
@@ -109,51 +123,85 @@ impl Slots {
     /// a moment on the caller's thread; if the server does not answer in
     /// that time (a silent network), asked again in the background until
     /// the token's place and any grant to it have run out on their own, so
-    /// a caller who is leaving is never held up for long.
-    pub(crate) fn give_up(self: &Arc<Self>, token: &str) -> Result<()> {
+    /// a caller who is leaving is never held up for long. `in_flight`: an
+    /// acquire for `token` was cut short and may still reach the server
+    /// after this; the server then keeps a tombstone for the token for a
+    /// minute, which that late acquire finds instead of the name.
+    pub(crate) fn give_up(self: &Arc<Self>, token: &str, in_flight: bool) -> Result<()> {
         let never = || false;
         let caller = Caller::new(Some(Instant::now() + LEAVING_TIME), &never);
+        let tombstone_ms = if in_flight {
+            TOMBSTONE.as_millis() as u64
+        } else {
+            0
+        };
         match self
             .route
             .run_for(&caller, "cancel", COMMAND_TIMEOUT, |conn| {
                 prepare(&SCRIPTS.cancel, &self.keys, self.shape.limit())
                     .arg(token)
+                    .arg(tombstone_ms)
                     .invoke::<i64>(conn)
             }) {
             Err(e) if e.is_transient() || matches!(e, Error::Timeout { .. }) => {
-                self.give_up_in_background(token.to_owned());
+                self.leave_in_background(token.to_owned(), tombstone_ms);
                 Ok(())
             }
             cancelled => cancelled.map(drop),
         }
     }
 
-    fn give_up_in_background(self: &Arc<Self>, token: String) {
-        let slots = self.clone();
+    /// Hands a give-up to this name's one background worker, started if
+    /// none is running.
+    fn leave_in_background(self: &Arc<Self>, token: String, tombstone_ms: u64) {
         // By then the token's place in the queue and any grant to it have
         // run out by themselves.
         let pointless_after = Instant::now() + self.lease.ttl.max(WAITER_LEASE);
-        runtime::spawn(async move {
-            let mut pause = Duration::from_millis(50);
-            while Instant::now() < pointless_after {
-                let (slots, token) = (&slots, &token);
+        let mut leaving = self.leaving.lock().unwrap_or_else(|e| e.into_inner());
+        leaving.tokens.push((token, tombstone_ms, pointless_after));
+        if !leaving.working {
+            leaving.working = true;
+            runtime::spawn(self.clone().keep_leaving());
+        }
+    }
+
+    /// Asks again, with backoff, for every give-up the server has not
+    /// confirmed, until none is left.
+    async fn keep_leaving(self: Arc<Self>) {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let pending = {
+                let mut leaving = self.leaving.lock().unwrap_or_else(|e| e.into_inner());
+                leaving
+                    .tokens
+                    .retain(|(_, _, until)| Instant::now() < *until);
+                if leaving.tokens.is_empty() {
+                    leaving.working = false;
+                    return;
+                }
+                leaving.tokens.clone()
+            };
+            for (token, tombstone_ms, _) in pending {
+                let (slots, token) = (&self, &token);
                 let timeout = slots.lease.background_timeout();
                 let cancelled = slots
                     .route
                     .in_background("cancel", timeout, |mut conn| async move {
                         prepare(&SCRIPTS.cancel, &slots.keys, slots.shape.limit())
                             .arg(token)
+                            .arg(tombstone_ms)
                             .invoke_async::<i64>(&mut conn)
                             .await
                     })
                     .await;
-                match cancelled {
-                    Err(e) if e.is_transient() => tokio::time::sleep(pause).await,
-                    _ => return,
+                if !cancelled.is_err_and(|e| e.is_transient()) {
+                    let mut leaving = self.leaving.lock().unwrap_or_else(|e| e.into_inner());
+                    leaving.tokens.retain(|(pending, _, _)| pending != token);
                 }
-                pause = (pause * 2).min(Duration::from_secs(1));
             }
-        });
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
     }
 
     /// Releases `token`. Its answer cannot simply be repeated: a release cut

@@ -11,6 +11,12 @@
 local token, ttl_ms = ARGV[3], tonumber(ARGV[4])
 local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 purge_expired()
+-- Its caller gave up on this request before it arrived (cancel.lua): it
+-- must neither queue nor be granted, or it would hold the name for
+-- nobody. The caller is gone: the answer goes unread.
+if redis.call('EXISTS', wake_prefix .. token .. ':gone') == 1 then
+  return {0, 0, int(now_ms), int(now_ms)}
+end
 local fence = redis.call('HGET', grants, token)
 if fence then
   -- Handed to us while we were not listening (or the wake-up was lost with
