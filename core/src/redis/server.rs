@@ -2,7 +2,8 @@
 //! thread over pooled blocking connections (no thread hop on the hot path);
 //! background refreshes use one multiplexed async connection per server.
 //! Both are per process: a forked child never writes to a socket it
-//! inherited from its parent.
+//! inherited from its parent. A server behind Redis Sentinel follows its
+//! master through failovers (see [`super::sentinel`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -10,12 +11,15 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{
-    AsyncConnectionConfig, Client, Connection, ConnectionAddr, ErrorKind, RedisError, RedisResult,
-    Value,
+    AsyncConnectionConfig, Client, Connection, ConnectionAddr, ConnectionLike, RedisError,
+    RedisResult, Value,
 };
 
 use super::failure::{interrupted_by_signal, is_cluster_reply, Failure, OnSignal};
+use super::sentinel::{Discovery, Node, Sentinels};
 use crate::error::{Error, Result};
+
+mod peers;
 
 const MAX_IDLE: usize = 16;
 
@@ -26,31 +30,86 @@ const MAX_INTERRUPTIONS: u32 = 100;
 pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) struct Server {
-    client: Client,
-    /// `host:port` or the socket path, for error messages.
+    target: Target,
+    /// `host:port` or the socket path (`master@sentinel,…` behind
+    /// Sentinel), for error messages.
     pub(crate) name: String,
     connect_timeout: Duration,
-    idle: Mutex<(u32, Vec<Connection>)>,
-    background: Mutex<Option<(u32, MultiplexedConnection)>>,
+    idle: Mutex<(u32, Vec<NodeConnection>)>,
+    background: Mutex<Option<(u32, Arc<Node>, MultiplexedConnection)>>,
     /// The other nodes of this server's Cluster (`host:port`), learned once
     /// while it answers, so that a route can still find its slot after this
     /// node itself failed over; empty when it is not in a Cluster.
     peers: Mutex<Option<Vec<String>>>,
 }
 
+/// Where requests go: one node for good, or the master the sentinels name.
+enum Target {
+    Fixed(Arc<Node>),
+    Sentinel(Arc<Discovery>),
+}
+
+/// A pooled connection and the node it reaches, whose fencing base the
+/// scripts sent over it must use: a grant is fenced by the master it is
+/// made on, whatever another thread learned about a failover meanwhile.
+pub(crate) struct NodeConnection {
+    conn: Connection,
+    node: Arc<Node>,
+}
+
+impl NodeConnection {
+    pub(crate) fn fence_base(&self) -> u64 {
+        self.node.fence_base
+    }
+}
+
+impl ConnectionLike for NodeConnection {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.conn.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.conn.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.conn.is_open()
+    }
+}
+
 type Registry = Mutex<HashMap<(String, Duration), Arc<Server>>>;
 static SERVERS: LazyLock<Registry> = LazyLock::new(Default::default);
 
 /// Checks a URL the way users write them (`redis://`, `rediss://`,
-/// `unix://`, `redis+unix://`, user:password, db) and returns its server.
+/// `unix://`, `redis+unix://`, `redis+sentinel://`, `rediss+sentinel://`,
+/// user:password, db) and returns its server.
 pub(crate) fn server(url: &str, connect_timeout: Duration) -> Result<Arc<Server>> {
     let key = (url.to_owned(), connect_timeout);
     if let Some(server) = registry().get(&key) {
         return Ok(server.clone());
     }
-    let client = Client::open(url)
-        .map_err(|e| Error::config(format!("unparsable Redis URL {:?}: {e}", redact(url))))?;
-    let server = Arc::new(Server::new(client, connect_timeout));
+    let server = match Sentinels::parse(url)? {
+        Some(sentinels) => Arc::new(Server::following(sentinels, connect_timeout)),
+        None => {
+            let client = Client::open(url).map_err(|e| {
+                Error::config(format!("unparsable Redis URL {:?}: {e}", redact(url)))
+            })?;
+            Arc::new(Server::new(client, connect_timeout))
+        }
+    };
     registry().insert(key, server.clone());
     Ok(server)
 }
@@ -60,7 +119,7 @@ fn registry() -> std::sync::MutexGuard<'static, HashMap<(String, Duration), Arc<
 }
 
 /// The URL without its password, for messages.
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***{}", &url[..scheme], &url[at..])
@@ -69,18 +128,40 @@ fn redact(url: &str) -> String {
     }
 }
 
+fn install_tls_provider() {
+    // rustls needs a process-wide crypto provider; a second install is a no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl Server {
     fn new(client: Client, connect_timeout: Duration) -> Self {
         if matches!(
             client.get_connection_info().addr(),
             ConnectionAddr::TcpTls { .. }
         ) {
-            // rustls needs a process-wide crypto provider; a second install is a no-op.
-            let _ = rustls::crypto::ring::default_provider().install_default();
+            install_tls_provider();
         }
+        let name = client.get_connection_info().addr().to_string();
+        Server::with(
+            Target::Fixed(Arc::new(Node::fixed(client))),
+            name,
+            connect_timeout,
+        )
+    }
+
+    fn following(sentinels: Sentinels, connect_timeout: Duration) -> Self {
+        if sentinels.tls() {
+            install_tls_provider();
+        }
+        let name = sentinels.name();
+        let discovery = Discovery::new(sentinels, connect_timeout);
+        Server::with(Target::Sentinel(Arc::new(discovery)), name, connect_timeout)
+    }
+
+    fn with(target: Target, name: String, connect_timeout: Duration) -> Self {
         Server {
-            name: client.get_connection_info().addr().to_string(),
-            client,
+            target,
+            name,
             connect_timeout,
             idle: Mutex::new((std::process::id(), Vec::new())),
             background: Mutex::new(None),
@@ -89,10 +170,60 @@ impl Server {
     }
 
     /// `host:port/db`: which data set this URL reaches, however written.
+    /// (The quorum lock, its only user, refuses Sentinel URLs.)
     #[cfg(feature = "quorum")]
     pub(crate) fn address(&self) -> String {
-        let info = self.client.get_connection_info();
-        format!("{}/{}", info.addr(), info.redis_settings().db())
+        match &self.target {
+            Target::Fixed(node) => {
+                let info = node.client.get_connection_info();
+                format!("{}/{}", info.addr(), info.redis_settings().db())
+            }
+            Target::Sentinel(_) => self.name.clone(),
+        }
+    }
+
+    /// Whether requests go to whichever master the sentinels name.
+    pub(crate) fn follows_sentinels(&self) -> bool {
+        matches!(self.target, Target::Sentinel(_))
+    }
+
+    /// The node requests go to now (behind Sentinel, asking the
+    /// sentinels if no master is known).
+    fn node(&self) -> Result<Arc<Node>> {
+        match &self.target {
+            Target::Fixed(node) => Ok(node.clone()),
+            Target::Sentinel(discovery) => discovery.master(),
+        }
+    }
+
+    /// [`Server::node`] for background calls: the sentinels are asked on
+    /// the blocking pool, never on the runtime's only thread.
+    async fn node_in_background(&self) -> Result<Arc<Node>> {
+        match &self.target {
+            Target::Fixed(node) => Ok(node.clone()),
+            Target::Sentinel(discovery) => {
+                let discovery = discovery.clone();
+                tokio::task::spawn_blocking(move || discovery.master())
+                    .await
+                    .map_err(|e| Error::backend(&self.name, "find the master", e))?
+            }
+        }
+    }
+
+    /// Whether `node` is where requests go now.
+    fn is_current(&self, node: &Arc<Node>) -> bool {
+        match &self.target {
+            Target::Fixed(_) => true,
+            Target::Sentinel(discovery) => discovery.is_current(node),
+        }
+    }
+
+    /// `node` failed or stepped down: behind Sentinel, the next request
+    /// asks the sentinels again. A fixed node stays.
+    fn forget(&self, node: &Arc<Node>) {
+        if let Target::Sentinel(discovery) = &self.target {
+            discovery.forget(node);
+        }
     }
 
     /// The same server settings (auth, db, TLS) at another address: where a
@@ -104,7 +235,14 @@ impl Server {
             .ok_or_else(|| {
                 Error::backend(&self.name, "redirect", format!("bad address {addr:?}"))
             })?;
-        let info = self.client.get_connection_info().clone();
+        let Target::Fixed(node) = &self.target else {
+            return Err(Error::backend(
+                &self.name,
+                "redirect",
+                format!("a Sentinel-managed master sent a Cluster redirect to {addr}"),
+            ));
+        };
+        let info = node.client.get_connection_info().clone();
         let addr = match info.addr() {
             ConnectionAddr::TcpTls {
                 insecure,
@@ -131,7 +269,7 @@ impl Server {
         Ok(server.clone())
     }
 
-    fn checkout(&self) -> Result<(Connection, bool)> {
+    fn checkout(&self) -> Result<(NodeConnection, bool)> {
         {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             let pid = std::process::id();
@@ -139,13 +277,17 @@ impl Server {
                 // Inherited from the parent: closing our copies is harmless to it.
                 *idle = (pid, Vec::new());
             }
-            if let Some(conn) = idle.1.pop() {
-                return Ok((conn, true));
+            // Connections to a master that failed over are closed here.
+            while let Some(conn) = idle.1.pop() {
+                if self.is_current(&conn.node) {
+                    return Ok((conn, true));
+                }
             }
         }
+        let node = self.node()?;
         let mut interruptions = 0;
         let conn = loop {
-            match self
+            match node
                 .client
                 .get_connection_with_timeout(self.connect_timeout)
             {
@@ -154,17 +296,20 @@ impl Server {
                 Err(e) if interrupted_by_signal(&e) && interruptions < MAX_INTERRUPTIONS => {
                     interruptions += 1;
                 }
-                Err(e) => return Err(self.error("connect", e)),
+                Err(e) => {
+                    self.forget(&node);
+                    return Err(self.error("connect", e));
+                }
             }
         };
         conn.set_write_timeout(Some(COMMAND_TIMEOUT))
             .map_err(|e| self.error("connect", e))?;
-        Ok((conn, false))
+        Ok((NodeConnection { conn, node }, false))
     }
 
-    fn checkin(&self, conn: Connection) {
+    fn checkin(&self, conn: NodeConnection) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.0 == std::process::id() && idle.1.len() < MAX_IDLE {
+        if idle.0 == std::process::id() && idle.1.len() < MAX_IDLE && self.is_current(&conn.node) {
             idle.1.push(conn);
         }
     }
@@ -180,7 +325,7 @@ impl Server {
         operation: &str,
         read_timeout: Duration,
         on_signal: OnSignal,
-        mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
+        mut request: impl FnMut(&mut NodeConnection) -> RedisResult<T>,
     ) -> std::result::Result<T, Failure> {
         let mut stale_retried = false;
         let mut interruptions = 0;
@@ -190,7 +335,8 @@ impl Server {
                 true => Failure::Broken(e),
                 false => Failure::Unreachable(e),
             })?;
-            conn.set_read_timeout(Some(read_timeout))
+            conn.conn
+                .set_read_timeout(Some(read_timeout))
                 .map_err(|e| Failure::Fatal(self.error(operation, e)))?;
             match request(&mut conn) {
                 Ok(value) => {
@@ -209,34 +355,50 @@ impl Server {
                 Err(e) if pooled && !stale_retried && e.is_connection_dropped() => {
                     stale_retried = true;
                 }
-                Err(e) => return Err(Failure::of(&self.name, operation, e)),
+                Err(e) => {
+                    let failure = Failure::of(&self.name, operation, e);
+                    if matches!(failure, Failure::Broken(_) | Failure::ReadOnly(_)) {
+                        self.forget(&conn.node);
+                    }
+                    return Err(failure);
+                }
             }
         }
     }
 
     /// The connection background refreshes use, created on first need.
     pub(crate) async fn background(&self) -> Result<MultiplexedConnection> {
+        Ok(self.background_node().await?.1)
+    }
+
+    /// [`Server::background`], and the node it reaches.
+    async fn background_node(&self) -> Result<(Arc<Node>, MultiplexedConnection)> {
         let pid = std::process::id();
-        if let Some((owner, conn)) = self
+        if let Some((owner, node, conn)) = self
             .background
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            if *owner == pid {
-                return Ok(conn.clone());
+            if *owner == pid && self.is_current(node) {
+                return Ok((node.clone(), conn.clone()));
             }
         }
+        let node = self.node_in_background().await?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(COMMAND_TIMEOUT));
-        let conn = self
+        let conn = node
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(|e| self.error("connect", e))?;
-        *self.background.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, conn.clone()));
-        Ok(conn)
+            .map_err(|e| {
+                self.forget(&node);
+                self.error("connect", e)
+            })?;
+        *self.background.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((pid, node.clone(), conn.clone()));
+        Ok((node, conn))
     }
 
     /// Runs `call` on the background connection, giving up at `deadline`.
@@ -248,14 +410,14 @@ impl Server {
         &self,
         operation: &str,
         deadline: Instant,
-        call: impl FnOnce(MultiplexedConnection) -> F,
+        call: impl FnOnce(MultiplexedConnection, u64) -> F,
     ) -> std::result::Result<T, Failure>
     where
         F: std::future::Future<Output = RedisResult<T>>,
     {
         let outcome = tokio::time::timeout_at(deadline.into(), async {
-            let conn = self.background().await.map_err(Failure::Unreachable)?;
-            call(conn)
+            let (node, conn) = self.background_node().await.map_err(Failure::Unreachable)?;
+            call(conn, node.fence_base)
                 .await
                 .map_err(|e| Failure::of(&self.name, operation, e))
         })
@@ -269,109 +431,32 @@ impl Server {
         });
         if matches!(
             outcome,
-            Err(Failure::Unreachable(_) | Failure::Broken(_) | Failure::Fatal(_))
+            Err(Failure::Unreachable(_)
+                | Failure::Broken(_)
+                | Failure::ReadOnly(_)
+                | Failure::Fatal(_))
         ) {
             self.drop_background();
         }
         outcome
     }
 
-    fn knows_peers(&self) -> bool {
-        self.peers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-    }
-
-    /// Learns the other nodes of this server's Cluster (CLUSTER SLOTS;
-    /// a server not in a Cluster refuses it) from the first call through it
-    /// that succeeds, once per server and process. Best effort: a failure
-    /// leaves it for the next call.
-    pub(crate) fn learn_peers(&self) {
-        if self.knows_peers() {
-            return;
-        }
-        let asked = self.run("cluster slots", COMMAND_TIMEOUT, OnSignal::Report, |conn| {
-            Ok(redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(conn))
-        });
-        if let Ok(slots) = asked {
-            self.know_peers(slots);
-        }
-    }
-
-    /// [`Server::learn_peers`] for background calls, before `deadline`.
-    pub(crate) async fn learn_peers_in_background(&self, deadline: Instant) {
-        if self.knows_peers() {
-            return;
-        }
-        let asked = tokio::time::timeout_at(deadline.into(), async {
-            let mut conn = self.background().await.ok()?;
-            Some(
-                redis::cmd("CLUSTER")
-                    .arg("SLOTS")
-                    .query_async::<Value>(&mut conn)
-                    .await,
-            )
-        })
-        .await;
-        if let Ok(Some(slots)) = asked {
-            self.know_peers(slots);
-        }
-    }
-
-    fn know_peers(&self, slots: RedisResult<Value>) {
-        let learned = match slots {
-            Ok(slots) => node_addresses(&slots, &self.name),
-            // An error reply (cluster support disabled, no permission): the
-            // server answers, and asking again would only cost a round trip.
-            Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => Vec::new(),
-            Err(_) => return,
-        };
-        *self.peers.lock().unwrap_or_else(|e| e.into_inner()) = Some(learned);
-    }
-
-    /// The `index`-th other node of this server's Cluster, if known.
-    pub(crate) fn peer(&self, index: usize) -> Option<String> {
-        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        peers.as_ref()?.get(index).cloned()
-    }
-
-    /// Forgets a background connection that failed, so the next use reconnects.
+    /// Forgets a background connection that failed, so the next use
+    /// reconnects (behind Sentinel, to the master the sentinels name then).
     pub(crate) fn drop_background(&self) {
-        self.background
+        let dropped = self
+            .background
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        if let Some((_, node, _)) = dropped {
+            self.forget(&node);
+        }
     }
 
     pub(crate) fn error(&self, operation: &str, e: RedisError) -> Error {
         Error::redis(&self.name, operation, e)
     }
-}
-
-/// Every node (`host:port`, masters and replicas) in a CLUSTER SLOTS
-/// reply but `own`.
-fn node_addresses(slots: &Value, own: &str) -> Vec<String> {
-    let text = |v: &Value| redis::from_redis_value_ref::<String>(v).ok();
-    let mut nodes = Vec::new();
-    let Value::Array(ranges) = slots else {
-        return nodes;
-    };
-    for range in ranges {
-        let Value::Array(items) = range else { continue };
-        for node in items.iter().skip(2) {
-            let Value::Array(node) = node else { continue };
-            let (Some(host), Some(Value::Int(port))) = (node.first().and_then(text), node.get(1))
-            else {
-                continue;
-            };
-            let address = format!("{host}:{port}");
-            if !host.is_empty() && address != own && !nodes.contains(&address) {
-                nodes.push(address);
-            }
-        }
-    }
-    nodes
 }
 
 #[cfg(test)]

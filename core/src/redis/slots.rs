@@ -102,9 +102,14 @@ impl Slots {
     /// meanwhile.
     pub(crate) fn cancel(&self, token: &str) -> Result<()> {
         self.route.run("cancel", COMMAND_TIMEOUT, |conn| {
-            prepare(&SCRIPTS.cancel, &self.keys, self.shape.limit())
-                .arg(token)
-                .invoke::<i64>(conn)
+            prepare(
+                &SCRIPTS.cancel,
+                &self.keys,
+                self.shape.limit(),
+                conn.fence_base(),
+            )
+            .arg(token)
+            .invoke::<i64>(conn)
         })?;
         Ok(())
     }
@@ -118,9 +123,14 @@ impl Slots {
             let released =
                 self.route
                     .run_or_signal("release", COMMAND_TIMEOUT, OnSignal::Report, |conn| {
-                        prepare(&SCRIPTS.release, &self.keys, self.shape.limit())
-                            .arg(token)
-                            .invoke::<i64>(conn)
+                        prepare(
+                            &SCRIPTS.release,
+                            &self.keys,
+                            self.shape.limit(),
+                            conn.fence_base(),
+                        )
+                        .arg(token)
+                        .invoke::<i64>(conn)
                     })?;
             match released {
                 Some(released) => return Ok(released == 1),
@@ -133,9 +143,14 @@ impl Slots {
     /// Live holders, and whether `token` (if given) is one of them.
     pub(crate) fn inspect(&self, token: Option<&str>) -> Result<(u32, bool)> {
         let reply: Vec<i64> = self.route.run("inspect", COMMAND_TIMEOUT, |conn| {
-            prepare(&SCRIPTS.inspect, &self.keys, self.shape.limit())
-                .arg(token.unwrap_or(""))
-                .invoke(conn)
+            prepare(
+                &SCRIPTS.inspect,
+                &self.keys,
+                self.shape.limit(),
+                conn.fence_base(),
+            )
+            .arg(token.unwrap_or(""))
+            .invoke(conn)
         })?;
         match reply[..] {
             [count, mine] => Ok((count as u32, mine == 1)),
@@ -147,7 +162,13 @@ impl Slots {
     pub(crate) fn holder(&self) -> Result<HolderState> {
         let (held, value, fence, last_term): (i64, String, u64, String) =
             self.route.run("holder", COMMAND_TIMEOUT, |conn| {
-                prepare(&SCRIPTS.holder, &self.keys, self.shape.limit()).invoke(conn)
+                prepare(
+                    &SCRIPTS.holder,
+                    &self.keys,
+                    self.shape.limit(),
+                    conn.fence_base(),
+                )
+                .invoke(conn)
             })?;
         Ok(HolderState {
             held: held == 1,
@@ -167,12 +188,17 @@ impl Slots {
                 "refresh",
                 self.lease.background_timeout(),
                 |mut conn| async move {
-                    prepare(&SCRIPTS.refresh, &self.keys, self.shape.limit())
-                        .arg(token)
-                        .arg(self.lease.ttl_ms())
-                        .arg(refresher)
-                        .invoke_async(&mut conn)
-                        .await
+                    prepare(
+                        &SCRIPTS.refresh,
+                        &self.keys,
+                        self.shape.limit(),
+                        conn.fence_base(),
+                    )
+                    .arg(token)
+                    .arg(self.lease.ttl_ms())
+                    .arg(refresher)
+                    .invoke_async(&mut conn)
+                    .await
                 },
             )
             .await?;

@@ -1,7 +1,7 @@
 -- cancel: a waiter (or a wait() caller) gives up: timeout, interrupt. Leave
 -- the queue, and if a slot was handed over meanwhile, pass it on.
 -- Returns 1 if a handed-over slot was given back.
-local token = ARGV[3]
+local token = ARGV[4]
 purge_expired()
 redis.call('ZREM', queue, token)
 redis.call('HDEL', leases, token)
