@@ -25,6 +25,8 @@ const MAX_EPOCH: u64 = 1 << 20;
 /// tokens start from.
 pub(crate) struct Node {
     pub(crate) client: Client,
+    /// `host:port`, as the sentinels named it.
+    address: String,
     /// Added to the server's clock (µs) where the scripts seed fencing
     /// tokens. Sentinel's config epoch grows with every failover, and a
     /// promoted replica may have missed the last increments of the fence
@@ -40,6 +42,7 @@ pub(crate) struct Node {
 impl Node {
     pub(crate) fn fixed(client: Client) -> Node {
         Node {
+            address: client.get_connection_info().addr().to_string(),
             client,
             fence_base: 0,
         }
@@ -181,6 +184,7 @@ impl Sentinels {
         match role.first() {
             Some(redis::Value::BulkString(role)) if role == b"master" => Ok(Node {
                 client,
+                address: master,
                 fence_base: epoch.min(MAX_EPOCH) << 32,
             }),
             _ => Err(self.error(format!(
@@ -241,16 +245,16 @@ fn sentinel_address(host: &str) -> Option<String> {
     (!host.is_empty() && !host.contains(['@', '/'])).then(|| format!("{host}:{port}"))
 }
 
-/// The master a Sentinel-managed server sends its requests to: found on
-/// first use, forgotten when it fails or steps down, found again on the
-/// next use.
+/// The master a Sentinel-managed server sends its requests to. Every new
+/// connection asks the sentinels first (as redis-py's Sentinel pool does):
+/// an old master that restarts answers as a master, empty, until the
+/// sentinels turn it into a replica, and a client that only remembered it
+/// would grant locks there. Pooled connections keep going to the master
+/// they reach until it fails or steps down.
 pub(crate) struct Discovery {
     sentinels: Sentinels,
     connect_timeout: Duration,
     current: Mutex<Option<Arc<Node>>>,
-    /// Held while asking the sentinels, so that the callers who all lost
-    /// the old master at once ask them once, not each.
-    asking: Mutex<()>,
 }
 
 impl Discovery {
@@ -259,33 +263,26 @@ impl Discovery {
             sentinels,
             connect_timeout,
             current: Mutex::new(None),
-            asking: Mutex::new(()),
         }
     }
 
-    fn current(&self) -> Option<Arc<Node>> {
-        self.current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// The master, asking the sentinels if it is not known (blocking).
+    /// The master the sentinels name now (blocking). The same one as
+    /// before is the same [`Node`], so connections to it stay pooled.
     pub(crate) fn master(&self) -> Result<Arc<Node>> {
-        if let Some(node) = self.current() {
-            return Ok(node);
+        let found = self.sentinels.resolve(self.connect_timeout)?;
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = current.as_ref() {
+            if known.address == found.address && known.fence_base == found.fence_base {
+                return Ok(known.clone());
+            }
         }
-        let _asking = self.asking.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(node) = self.current() {
-            return Ok(node);
-        }
-        let node = Arc::new(self.sentinels.resolve(self.connect_timeout)?);
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(node.clone());
+        let node = Arc::new(found);
+        *current = Some(node.clone());
         Ok(node)
     }
 
-    /// Forgets `node` as the master (it failed, or answered as a replica),
-    /// unless another caller already found a newer one.
+    /// Forgets `node` as the master (it failed, or answered as a replica):
+    /// its pooled connections are closed instead of reused.
     pub(crate) fn forget(&self, node: &Arc<Node>) {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if current
@@ -298,8 +295,10 @@ impl Discovery {
 
     /// Whether `node` is still the master as far as this process knows.
     pub(crate) fn is_current(&self, node: &Arc<Node>) -> bool {
-        self.current()
-            .is_some_and(|known| Arc::ptr_eq(&known, node))
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        current
+            .as_ref()
+            .is_some_and(|known| Arc::ptr_eq(known, node))
     }
 }
 

@@ -187,8 +187,8 @@ impl Server {
         matches!(self.target, Target::Sentinel(_))
     }
 
-    /// The node requests go to now (behind Sentinel, asking the
-    /// sentinels if no master is known).
+    /// The node a new connection goes to (behind Sentinel, the master
+    /// the sentinels name now).
     fn node(&self) -> Result<Arc<Node>> {
         match &self.target {
             Target::Fixed(node) => Ok(node.clone()),
@@ -353,6 +353,9 @@ impl Server {
                     OnSignal::Repeat => return Err(Failure::Fatal(self.error(operation, e))),
                 },
                 Err(e) if pooled && !stale_retried && e.is_connection_dropped() => {
+                    // The master may have died: its other pooled
+                    // connections go too.
+                    self.forget(&conn.node);
                     stale_retried = true;
                 }
                 Err(e) => {
