@@ -10,16 +10,17 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Client, Connection, ConnectionAddr, ConnectionLike, RedisError,
-    RedisResult, Value,
-};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError, RedisResult};
 
 use super::failure::{interrupted_by_signal, is_cluster_reply, Failure, OnSignal};
 use super::sentinel::{Discovery, Node, Sentinels};
 use crate::error::{Error, Result};
 
 mod peers;
+mod target;
+
+pub(crate) use target::NodeConnection;
+use target::Target;
 
 const MAX_IDLE: usize = 16;
 
@@ -41,53 +42,6 @@ pub(crate) struct Server {
     /// while it answers, so that a route can still find its slot after this
     /// node itself failed over; empty when it is not in a Cluster.
     peers: Mutex<Option<Vec<String>>>,
-}
-
-/// Where requests go: one node for good, or the master the sentinels name.
-enum Target {
-    Fixed(Arc<Node>),
-    Sentinel(Arc<Discovery>),
-}
-
-/// A pooled connection and the node it reaches, whose fencing base the
-/// scripts sent over it must use: a grant is fenced by the master it is
-/// made on, whatever another thread learned about a failover meanwhile.
-pub(crate) struct NodeConnection {
-    conn: Connection,
-    node: Arc<Node>,
-}
-
-impl NodeConnection {
-    pub(crate) fn fence_base(&self) -> u64 {
-        self.node.fence_base
-    }
-}
-
-impl ConnectionLike for NodeConnection {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        self.conn.req_packed_command(cmd)
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
-        self.conn.req_packed_commands(cmd, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.conn.get_db()
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.conn.check_connection()
-    }
-
-    fn is_open(&self) -> bool {
-        self.conn.is_open()
-    }
 }
 
 type Registry = Mutex<HashMap<(String, Duration), Arc<Server>>>;
@@ -118,13 +72,21 @@ fn registry() -> std::sync::MutexGuard<'static, HashMap<(String, Duration), Arc<
     SERVERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The URL without its password, for messages.
+/// The URL without its passwords (the user's, a sentinel's), for messages.
 pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let url = match url.split_once("sentinel_password=") {
+        Some((head, tail)) => {
+            let rest = tail.find('&').map_or("", |end| &tail[end..]);
+            format!("{head}sentinel_password=***{rest}")
+        }
+        None => url.to_owned(),
+    };
+    let authority_end = url.find('?').unwrap_or(url.len());
+    match (url.find("://"), url[..authority_end].rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***{}", &url[..scheme], &url[at..])
         }
-        _ => url.to_owned(),
+        _ => url,
     }
 }
 
@@ -179,50 +141,6 @@ impl Server {
                 format!("{}/{}", info.addr(), info.redis_settings().db())
             }
             Target::Sentinel(_) => self.name.clone(),
-        }
-    }
-
-    /// Whether requests go to whichever master the sentinels name.
-    pub(crate) fn follows_sentinels(&self) -> bool {
-        matches!(self.target, Target::Sentinel(_))
-    }
-
-    /// The node a new connection goes to (behind Sentinel, the master
-    /// the sentinels name now).
-    fn node(&self) -> Result<Arc<Node>> {
-        match &self.target {
-            Target::Fixed(node) => Ok(node.clone()),
-            Target::Sentinel(discovery) => discovery.master(),
-        }
-    }
-
-    /// [`Server::node`] for background calls: the sentinels are asked on
-    /// the blocking pool, never on the runtime's only thread.
-    async fn node_in_background(&self) -> Result<Arc<Node>> {
-        match &self.target {
-            Target::Fixed(node) => Ok(node.clone()),
-            Target::Sentinel(discovery) => {
-                let discovery = discovery.clone();
-                tokio::task::spawn_blocking(move || discovery.master())
-                    .await
-                    .map_err(|e| Error::backend(&self.name, "find the master", e))?
-            }
-        }
-    }
-
-    /// Whether `node` is where requests go now.
-    fn is_current(&self, node: &Arc<Node>) -> bool {
-        match &self.target {
-            Target::Fixed(_) => true,
-            Target::Sentinel(discovery) => discovery.is_current(node),
-        }
-    }
-
-    /// `node` failed or stepped down: behind Sentinel, the next request
-    /// asks the sentinels again. A fixed node stays.
-    fn forget(&self, node: &Arc<Node>) {
-        if let Target::Sentinel(discovery) = &self.target {
-            discovery.forget(node);
         }
     }
 
@@ -490,5 +408,9 @@ mod tests {
     #[test]
     fn passwords_never_reach_messages() {
         assert_eq!(redact("redis://u:pw@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(
+            redact("redis+sentinel://u:pw@h/m?sentinel_password=s@x&sentinel_username=u"),
+            "redis+sentinel://***@h/m?sentinel_password=***&sentinel_username=u"
+        );
     }
 }
