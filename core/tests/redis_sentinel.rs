@@ -79,6 +79,41 @@ fn after_the_master_is_killed_clients_follow_the_promoted_replica() {
 }
 
 #[test]
+fn a_holder_whose_grant_reached_the_replica_stays_healthy_across_the_failover() {
+    let mut set = SentinelSet::start();
+    let holder = Lock::builder(set.url(), "index")
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let guard = holder.acquire(None).unwrap();
+    set.wait_for_replica();
+    let deadline_before = lease_deadline(&set.replica, "index");
+
+    set.kill_master_and_wait_for_failover();
+    // A refresh lands on the promoted replica: refreshes that failed
+    // during the failover were fewer than max_refresh_fails.
+    eventually(
+        Duration::from_secs(15),
+        "a refresh on the new master",
+        || lease_deadline(&set.replica, "index") > deadline_before,
+    );
+    assert!(guard.healthy());
+    assert!(guard.release().unwrap());
+}
+
+/// The lease deadline (server ms) of the one holder of `name` on `server`.
+fn lease_deadline(server: &support::RedisServer, name: &str) -> u64 {
+    let holders: Vec<(String, u64)> = redis::cmd("ZRANGE")
+        .arg(format!("lockyard:{{{name}}}:holders"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut server.raw().unwrap())
+        .unwrap();
+    holders[0].1
+}
+
+#[test]
 fn an_old_master_back_before_the_sentinels_demote_it_gets_no_requests() {
     let mut set = SentinelSet::start();
     let holder = Lock::builder(set.url(), "backup")

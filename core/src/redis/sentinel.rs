@@ -108,7 +108,10 @@ impl Sentinels {
             match pair.split_once('=') {
                 Some(("sentinel_username", value)) => user = value,
                 Some(("sentinel_password", value)) => password = value,
-                _ => return Err(bad(&format!("unknown parameter {pair:?}"))),
+                _ => {
+                    let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+                    return Err(bad(&format!("unknown parameter {key:?}")));
+                }
             }
         }
         let sentinel_auth = match (user, password) {

@@ -72,22 +72,24 @@ fn registry() -> std::sync::MutexGuard<'static, HashMap<(String, Duration), Arc<
     SERVERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The URL without its passwords (the user's, a sentinel's), for messages.
+/// The URL without its passwords (the user's, any `…password=` in the
+/// query), for messages.
 pub(crate) fn redact(url: &str) -> String {
-    let url = match url.split_once("sentinel_password=") {
-        Some((head, tail)) => {
-            let rest = tail.find('&').map_or("", |end| &tail[end..]);
-            format!("{head}sentinel_password=***{rest}")
-        }
-        None => url.to_owned(),
-    };
-    let authority_end = url.find('?').unwrap_or(url.len());
-    match (url.find("://"), url[..authority_end].rfind('@')) {
+    let (url, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut redacted = match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***{}", &url[..scheme], &url[at..])
         }
-        _ => url,
+        _ => url.to_owned(),
+    };
+    for (i, pair) in query.split('&').enumerate().filter(|_| !query.is_empty()) {
+        redacted.push(if i == 0 { '?' } else { '&' });
+        match pair.split_once('=') {
+            Some((key, _)) if key.contains("password") => redacted.push_str(&format!("{key}=***")),
+            _ => redacted.push_str(pair),
+        }
     }
+    redacted
 }
 
 fn install_tls_provider() {
@@ -409,8 +411,10 @@ mod tests {
     fn passwords_never_reach_messages() {
         assert_eq!(redact("redis://u:pw@h:1/0"), "redis://***@h:1/0");
         assert_eq!(
-            redact("redis+sentinel://u:pw@h/m?sentinel_password=s@x&sentinel_username=u"),
-            "redis+sentinel://***@h/m?sentinel_password=***&sentinel_username=u"
+            redact(
+                "redis+sentinel://u:pw@h/m?sentinel_password=s@x&sentinel_username=u&password=p"
+            ),
+            "redis+sentinel://***@h/m?sentinel_password=***&sentinel_username=u&password=***"
         );
     }
 }
