@@ -47,6 +47,15 @@ fn locks_work_through_a_sentinel_url() {
     assert!(guard.fencing_token() > token);
     assert!(guard.release().unwrap());
     assert!(set.master.keys().iter().any(|key| key.contains("{deploy}")));
+
+    // A sentinel that is down is skipped.
+    let with_one_down = set.url().replacen(
+        "redis+sentinel://",
+        &format!("redis+sentinel://127.0.0.1:{},", free_port()),
+        1,
+    );
+    let third = lock(&with_one_down, "deploy");
+    assert!(third.try_acquire().unwrap().unwrap().release().unwrap());
 }
 
 #[test]

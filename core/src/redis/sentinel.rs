@@ -51,8 +51,9 @@ impl Node {
 
 /// A `redis+sentinel://` or `rediss+sentinel://` URL, checked.
 pub(crate) struct Sentinels {
-    /// `host:port` of each sentinel, in the URL's order.
-    addresses: Vec<String>,
+    /// `host:port` of each sentinel, in the order to ask them: the URL's,
+    /// then those that answered last time first.
+    addresses: Mutex<Vec<String>>,
     master_name: String,
     /// `redis` or `rediss`: sentinels and master alike.
     scheme: &'static str,
@@ -60,7 +61,7 @@ pub(crate) struct Sentinels {
     master_auth: String,
     /// `user:password@` for the sentinels, from the query.
     sentinel_auth: String,
-    db: i64,
+    db: u32,
 }
 
 impl Sentinels {
@@ -119,7 +120,7 @@ impl Sentinels {
             (user, password) => format!("{user}:{password}@"),
         };
         let sentinels = Sentinels {
-            addresses,
+            addresses: Mutex::new(addresses),
             master_name,
             scheme,
             master_auth,
@@ -139,33 +140,58 @@ impl Sentinels {
 
     /// `master-name@host:port,…`, for messages.
     pub(crate) fn name(&self) -> String {
-        format!("{}@{}", self.master_name, self.addresses.join(","))
+        let mut addresses = self.addresses().clone();
+        addresses.sort();
+        format!("{}@{}", self.master_name, addresses.join(","))
+    }
+
+    fn addresses(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.addresses.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn tls(&self) -> bool {
         self.scheme == "rediss"
     }
 
-    /// Asks every sentinel who the master is and keeps the answer with the
+    /// Asks the sentinels in turn who the master is, until a majority of
+    /// them answered (or all were asked), and keeps the answer with the
     /// highest config epoch: a sentinel that missed the last failover
     /// still names the old master, which may still be up (cut off from the
-    /// sentinels, or not yet told to step down). The master named must
+    /// sentinels, or not yet told to step down). Sentinels that answered
+    /// are asked first next time, so one that is down costs a connect
+    /// timeout once, not on every new connection. The master named must
     /// then say it is one (`ROLE`): during a failover it may be down, or
     /// a replica being promoted.
     fn resolve(&self, connect_timeout: Duration) -> Result<Node> {
+        let order = self.addresses().clone();
+        let majority = order.len() / 2 + 1;
+        let (mut answered, mut silent) = (Vec::new(), Vec::new());
         let mut newest: Option<(u64, String)> = None;
         let mut failures = Vec::new();
-        for sentinel in &self.addresses {
-            match self.ask(sentinel, connect_timeout) {
+        for sentinel in order {
+            if answered.len() == majority {
+                silent.push(sentinel);
+                continue;
+            }
+            match self.ask(&sentinel, connect_timeout) {
                 Ok(Some((epoch, master))) => {
                     if newest.as_ref().is_none_or(|(seen, _)| epoch > *seen) {
                         newest = Some((epoch, master));
                     }
+                    answered.push(sentinel);
                 }
-                Ok(None) => failures.push(format!("{sentinel} does not monitor it")),
-                Err(e) => failures.push(format!("{sentinel}: {e}")),
+                Ok(None) => {
+                    failures.push(format!("{sentinel} does not monitor it"));
+                    silent.push(sentinel);
+                }
+                Err(e) => {
+                    failures.push(format!("{sentinel}: {e}"));
+                    silent.push(sentinel);
+                }
             }
         }
+        answered.append(&mut silent);
+        *self.addresses() = answered;
         let Some((epoch, master)) = newest else {
             return Err(self.error(format!(
                 "no sentinel named the master: {}",
@@ -313,7 +339,7 @@ mod tests {
     fn sentinel_urls_name_sentinels_master_and_db() {
         let url = "redis+sentinel://u:p%40ss@a:26380,b,[::1]:5000/mymaster/3?sentinel_password=s";
         let sentinels = Sentinels::parse(url).unwrap().unwrap();
-        assert_eq!(sentinels.addresses, ["a:26380", "b:26379", "[::1]:5000"]);
+        assert_eq!(*sentinels.addresses(), ["a:26380", "b:26379", "[::1]:5000"]);
         assert_eq!(sentinels.master_name, "mymaster");
         assert_eq!(sentinels.db, 3);
         assert_eq!(sentinels.master_auth, "u:p%40ss@");
@@ -333,6 +359,7 @@ mod tests {
             "redis+sentinel://,h/m",
             "redis+sentinel://h/m/notadb",
             "redis+sentinel://h/m/0/extra",
+            "redis+sentinel://h/m/-1",
             "redis+sentinel://h/m?password=x",
         ] {
             let err = Sentinels::parse(url).err().expect(url);
