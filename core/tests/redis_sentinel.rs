@@ -119,7 +119,10 @@ fn lease_deadline(server: &support::RedisServer, name: &str) -> u64 {
         .arg("WITHSCORES")
         .query(&mut server.raw().unwrap())
         .unwrap();
-    holders[0].1
+    let [(_, deadline)] = holders[..] else {
+        panic!("{name} is not held by one holder: {holders:?}");
+    };
+    deadline
 }
 
 #[test]

@@ -189,7 +189,9 @@ impl Server {
         Ok(server.clone())
     }
 
-    fn checkout(&self) -> Result<(NodeConnection, bool)> {
+    /// A pooled connection (true) or a new one. `after_stale`: a pooled
+    /// one just turned out dead, and may have carried the request.
+    fn checkout(&self, after_stale: bool) -> std::result::Result<(NodeConnection, bool), Failure> {
         {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             let pid = std::process::id();
@@ -204,7 +206,14 @@ impl Server {
                 }
             }
         }
-        let node = self.node()?;
+        // No master found: asking the sentinels again at once would only
+        // double the wait for the same answer.
+        let node = self.node().map_err(Failure::Fatal)?;
+        let unreachable = |e| match after_stale {
+            // The dead connection may have carried the request after all.
+            true => Failure::Broken(self.error("connect", e)),
+            false => Failure::Unreachable(self.error("connect", e)),
+        };
         let mut interruptions = 0;
         let conn = loop {
             match node
@@ -218,12 +227,12 @@ impl Server {
                 }
                 Err(e) => {
                     self.forget(&node);
-                    return Err(self.error("connect", e));
+                    return Err(unreachable(e));
                 }
             }
         };
         conn.set_write_timeout(Some(COMMAND_TIMEOUT))
-            .map_err(|e| self.error("connect", e))?;
+            .map_err(unreachable)?;
         Ok((NodeConnection { conn, node }, false))
     }
 
@@ -250,11 +259,7 @@ impl Server {
         let mut stale_retried = false;
         let mut interruptions = 0;
         loop {
-            let (mut conn, pooled) = self.checkout().map_err(|e| match stale_retried {
-                // The dead connection may have carried the request after all.
-                true => Failure::Broken(e),
-                false => Failure::Unreachable(e),
-            })?;
+            let (mut conn, pooled) = self.checkout(stale_retried)?;
             conn.conn
                 .set_read_timeout(Some(read_timeout))
                 .map_err(|e| Failure::Fatal(self.error(operation, e)))?;

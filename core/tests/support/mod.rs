@@ -49,7 +49,8 @@ impl RedisServer {
 
     /// A sentinel (`redis-server --sentinel`) watching the master on
     /// `master_port` as `SENTINEL_MASTER`, with timings short enough for a
-    /// failover to take a few seconds.
+    /// failover to take a few seconds (but not so short that a master
+    /// slowed by a busy machine is failed over by mistake).
     pub fn sentinel(master_port: u16) -> RedisServer {
         RedisServer::start_as(free_port(), |port, dir| {
             let config = dir.0.join("sentinel.conf");
@@ -58,7 +59,7 @@ impl RedisServer {
                 format!(
                     "port {port}\nbind 127.0.0.1\n\
                      sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {master_port} 2\n\
-                     sentinel down-after-milliseconds {SENTINEL_MASTER} 500\n\
+                     sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
                      sentinel failover-timeout {SENTINEL_MASTER} 2000\n"
                 ),
             )

@@ -93,8 +93,9 @@ impl Server {
         }
     }
 
-    /// `node` failed or stepped down: behind Sentinel, the next request
-    /// asks the sentinels again. A fixed node stays.
+    /// `node` failed or stepped down: behind Sentinel, its pooled
+    /// connections are closed rather than reused, so the next request
+    /// connects anew, after asking the sentinels. A fixed node stays.
     pub(super) fn forget(&self, node: &Arc<Node>) {
         if let Target::Sentinel(discovery) = &self.target {
             discovery.forget(node);
