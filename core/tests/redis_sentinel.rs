@@ -88,6 +88,40 @@ fn after_the_master_is_killed_clients_follow_the_promoted_replica() {
 }
 
 #[test]
+fn an_old_master_that_answers_again_loses_its_clients_to_the_new_one() {
+    let mut set = SentinelSet::start();
+    let holder = Lock::builder(set.url(), "compact")
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let held = holder.acquire(None).unwrap();
+    let other = lock(&set.url(), "vacuum");
+    let before = other.acquire(None).unwrap().fencing_token();
+    set.wait_for_replica();
+    let deadline_before = lease_deadline(&set.master, "compact");
+
+    // The old master comes back before the sentinels demote it, with the
+    // pooled connections still open: they are dropped once the sentinels,
+    // asked again, name another master.
+    set.pause_master_through_a_failover();
+    assert_eq!(set.replica.role(), "master", "the old one, not yet demoted");
+    let guard = other
+        .try_acquire()
+        .unwrap()
+        .expect("free on the new master");
+    let vacuum_holders = "lockyard:{vacuum}:holders".to_owned();
+    assert!(set.master.keys().contains(&vacuum_holders));
+    assert!(!set.replica.keys().contains(&vacuum_holders));
+    assert!(guard.fencing_token() > before);
+    eventually(
+        Duration::from_secs(15),
+        "a refresh on the new master",
+        || lease_deadline(&set.master, "compact") > deadline_before,
+    );
+    assert!(held.healthy());
+}
+
+#[test]
 fn a_holder_whose_grant_reached_the_replica_stays_healthy_across_the_failover() {
     let mut set = SentinelSet::start();
     let holder = Lock::builder(set.url(), "index")

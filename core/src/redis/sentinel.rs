@@ -8,13 +8,20 @@
 //! fencing tokens need (see [`Node::fence_base`]).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Client;
 
 use crate::error::{Error, Result};
 
 const DEFAULT_PORT: u16 = 26379;
+
+/// How long a master the sentinels named is used without asking them
+/// again. A master they replaced while it stayed up (a manual `SENTINEL
+/// FAILOVER`, a partition that heals) goes on answering as a master until
+/// they demote it, which takes them seconds: without asking, a client
+/// would keep granting there while others grant on the new master.
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// Config epochs above this would push fencing tokens past 2^53, where
 /// Lua's doubles stop counting by one. A million failovers is far beyond
@@ -279,11 +286,14 @@ fn sentinel_address(host: &str) -> Option<String> {
 /// an old master that restarts answers as a master, empty, until the
 /// sentinels turn it into a replica, and a client that only remembered it
 /// would grant locks there. Pooled connections keep going to the master
-/// they reach until it fails or steps down.
+/// they reach until it fails or steps down, or the sentinels, asked at
+/// most [`RECHECK`] ago, name another.
 pub(crate) struct Discovery {
     sentinels: Sentinels,
     connect_timeout: Duration,
     current: Mutex<Option<Arc<Node>>>,
+    /// When the sentinels were last asked (or are being asked).
+    asked_at: Mutex<Option<Instant>>,
 }
 
 impl Discovery {
@@ -292,12 +302,14 @@ impl Discovery {
             sentinels,
             connect_timeout,
             current: Mutex::new(None),
+            asked_at: Mutex::new(None),
         }
     }
 
     /// The master the sentinels name now (blocking). The same one as
     /// before is the same [`Node`], so connections to it stay pooled.
     pub(crate) fn master(&self) -> Result<Arc<Node>> {
+        *self.asked_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         let found = self.sentinels.resolve(self.connect_timeout)?;
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(known) = current.as_ref() {
@@ -320,6 +332,27 @@ impl Discovery {
         {
             *current = None;
         }
+    }
+
+    /// Whether the sentinels were last asked over [`RECHECK`] ago.
+    pub(crate) fn recheck_due(&self) -> bool {
+        let asked_at = self.asked_at.lock().unwrap_or_else(|e| e.into_inner());
+        asked_at.is_none_or(|at| at.elapsed() >= RECHECK)
+    }
+
+    /// Whether a pooled connection to `node` may be used: it is the
+    /// master, and the sentinels still say so if they were last asked over
+    /// [`RECHECK`] ago (blocking then). Sentinels that do not answer leave
+    /// it in use: it answered a moment ago.
+    pub(crate) fn still_master(&self, node: &Arc<Node>) -> bool {
+        if !self.is_current(node) {
+            return false;
+        }
+        if !self.recheck_due() {
+            return true;
+        }
+        self.master()
+            .map_or(true, |master| Arc::ptr_eq(&master, node))
     }
 
     /// Whether `node` is still the master as far as this process knows.

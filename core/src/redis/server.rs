@@ -192,6 +192,7 @@ impl Server {
     /// A pooled connection (true) or a new one. `after_stale`: a pooled
     /// one just turned out dead, and may have carried the request.
     fn checkout(&self, after_stale: bool) -> std::result::Result<(NodeConnection, bool), Failure> {
+        let mut pooled = None;
         {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             let pid = std::process::id();
@@ -199,12 +200,17 @@ impl Server {
                 // Inherited from the parent: closing our copies is harmless to it.
                 *idle = (pid, Vec::new());
             }
-            // Connections to a master that failed over are closed here.
             while let Some(conn) = idle.1.pop() {
                 if self.is_current(&conn.node) {
-                    return Ok((conn, true));
+                    pooled = Some(conn);
+                    break;
                 }
+                // A connection to a master that failed over closes here.
             }
+        }
+        // Asked outside the pool's lock: it may ask the sentinels.
+        if let Some(conn) = pooled.filter(|conn| self.still_master(&conn.node)) {
+            return Ok((conn, true));
         }
         // No master found: asking the sentinels again at once would only
         // double the wait for the same answer.
@@ -302,14 +308,16 @@ impl Server {
     /// [`Server::background`], and the node it reaches.
     async fn background_node(&self) -> Result<(Arc<Node>, MultiplexedConnection)> {
         let pid = std::process::id();
-        if let Some((owner, node, conn)) = self
+        let cached = self
             .background
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-        {
-            if *owner == pid && self.is_current(node) {
-                return Ok((node.clone(), conn.clone()));
+            .filter(|(owner, node, _)| *owner == pid && self.is_current(node))
+            .map(|(_, node, conn)| (node.clone(), conn.clone()));
+        if let Some((node, conn)) = cached {
+            if self.still_master_in_background(&node).await {
+                return Ok((node, conn));
             }
         }
         let node = self.node_in_background().await?;

@@ -215,13 +215,20 @@ impl SentinelSet {
         format!("redis+sentinel://{}/{SENTINEL_MASTER}/0", hosts.join(","))
     }
 
-    /// Waits until the replica has everything the master wrote.
+    /// Waits until the replica has everything the master wrote. (WAIT
+    /// waits for its own connection's writes only: hence the write.)
     pub fn wait_for_replica(&self) {
+        let mut master = self.master.raw().unwrap();
+        redis::cmd("SET")
+            .arg("test:replicated")
+            .arg(1)
+            .query::<()>(&mut master)
+            .unwrap();
         eventually(Duration::from_secs(10), "the replica caught up", || {
             redis::cmd("WAIT")
                 .arg(1)
                 .arg(100)
-                .query::<i64>(&mut self.master.raw().unwrap())
+                .query::<i64>(&mut master)
                 .unwrap()
                 == 1
         });
@@ -250,6 +257,10 @@ impl SentinelSet {
     /// the replica (all of them name it, and it says it is a master).
     pub fn kill_master_and_wait_for_failover(&mut self) {
         self.master.stop();
+        self.wait_for_promotion();
+    }
+
+    fn wait_for_promotion(&self) {
         let promoted = self.replica.port.to_string();
         eventually(Duration::from_secs(30), "the replica was promoted", || {
             self.sentinels
@@ -257,6 +268,17 @@ impl SentinelSet {
                 .all(|sentinel| sentinel.master_state().get("port") == Some(&promoted))
                 && self.replica.role() == "master"
         });
+    }
+
+    /// SIGSTOPs the master, waits until the sentinels promoted the
+    /// replica, then lets the old master go on (SIGCONT): it answers as a
+    /// master, over the connections it had, until the sentinels get round
+    /// to demoting it (seconds). Swaps `master` and `replica`.
+    pub fn pause_master_through_a_failover(&mut self) {
+        self.master.signal("STOP");
+        self.wait_for_promotion();
+        self.master.signal("CONT");
+        std::mem::swap(&mut self.master, &mut self.replica);
     }
 
     /// The highest config epoch any sentinel knows for the master.

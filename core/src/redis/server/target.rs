@@ -85,6 +85,30 @@ impl Server {
         }
     }
 
+    /// Whether a pooled connection to `node` may be used (behind Sentinel,
+    /// see [`Discovery::still_master`]).
+    pub(super) fn still_master(&self, node: &Arc<Node>) -> bool {
+        match &self.target {
+            Target::Fixed(_) => true,
+            Target::Sentinel(discovery) => discovery.still_master(node),
+        }
+    }
+
+    /// [`Server::still_master`] for background calls, on the blocking pool
+    /// when the sentinels are to be asked.
+    pub(super) async fn still_master_in_background(&self, node: &Arc<Node>) -> bool {
+        match &self.target {
+            Target::Fixed(_) => true,
+            Target::Sentinel(discovery) if !discovery.recheck_due() => discovery.is_current(node),
+            Target::Sentinel(discovery) => {
+                let (discovery, node) = (discovery.clone(), node.clone());
+                tokio::task::spawn_blocking(move || discovery.still_master(&node))
+                    .await
+                    .unwrap_or(true)
+            }
+        }
+    }
+
     /// Whether `node` is where requests go now.
     pub(super) fn is_current(&self, node: &Arc<Node>) -> bool {
         match &self.target {
