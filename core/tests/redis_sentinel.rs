@@ -278,3 +278,15 @@ fn with_every_sentinel_down_acquire_fails_with_a_backend_error() {
         "{err}"
     );
 }
+
+#[cfg(feature = "quorum")]
+#[test]
+fn a_quorum_lock_refuses_sentinel_urls() {
+    let urls = [
+        "redis+sentinel://127.0.0.1:26379/a",
+        "redis+sentinel://127.0.0.1:26379/b",
+        "redis+sentinel://127.0.0.1:26379/c",
+    ];
+    let built = lockyard::quorum::RwLock::builder(urls, "index").build();
+    assert!(matches!(built, Err(Error::Config(_))));
+}
