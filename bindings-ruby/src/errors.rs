@@ -35,7 +35,16 @@ pub(crate) fn to_ruby(ruby: &Ruby, error: lockyard::Error) -> magnus::Error {
         // Ruby interrupt instead. Kinds added to core later land on the base.
         _ => &ERROR,
     };
-    magnus::Error::new(ruby.get_inner(class), error.to_string())
+    // Made now, not lazily where it is raised: making it runs Ruby code,
+    // where an interrupt pending for this thread fires (Timeout.timeout's,
+    // which throws rather than raises). That jump must then propagate
+    // instead of the error; magnus, asked to make the exception later,
+    // finds the jump and panics where no panic may unwind, which aborts
+    // the process.
+    match ruby.get_inner(class).new_instance((error.to_string(),)) {
+        Ok(exception) => exception.into(),
+        Err(jump) => jump,
+    }
 }
 
 /// `result.or_raise(ruby)?`: a core result as a Ruby one.

@@ -29,6 +29,7 @@ use rb_sys::{rb_fiber_current, rb_nogvl, rb_obj_id, RB_NOGVL_INTR_FAIL, RB_NOGVL
 use crate::errors::OrRaise;
 
 mod local;
+mod wake;
 use local::Local;
 
 /// A core object whose blocking methods are reachable only without the GVL.
@@ -130,6 +131,13 @@ struct Call<'a, F, R> {
     interrupted: &'a AtomicBool,
 }
 
+/// What Ruby's unblocking function reaches: the flag the call polls, and
+/// the thread running it, which the wake signal pulls out of a socket read.
+struct Interrupt {
+    flag: AtomicBool,
+    thread: libc::pthread_t,
+}
+
 /// Runs `work` on this thread with the GVL released; None if Ruby skipped
 /// it because an interrupt was already due. Ruby raises nothing here, not
 /// even for an interrupt that arrives as `work` finishes: its value comes
@@ -140,25 +148,37 @@ fn without_gvl<F, R>(work: F) -> Option<R>
 where
     F: FnOnce(&dyn Fn() -> bool) -> R,
 {
-    let interrupted = AtomicBool::new(false);
+    wake::install();
+    let interrupt = Interrupt {
+        flag: AtomicBool::new(false),
+        // SAFETY: pthread_self always succeeds.
+        thread: unsafe { libc::pthread_self() },
+    };
     let mut call = Call {
         work: Some(work),
         outcome: None,
-        interrupted: &interrupted,
+        interrupted: &interrupt.flag,
     };
     let call_ptr = &mut call as *mut Call<'_, F, R> as *mut c_void;
-    let flag_ptr = &interrupted as *const AtomicBool as *mut c_void;
+    let interrupt_ptr = &interrupt as *const Interrupt as *mut c_void;
     // INTR_FAIL: skip `work` when an interrupt is already due (as
     // rb_thread_call_without_gvl2). UBF_ASYNC_SAFE: `unblock` only stores an
-    // atomic, so Ruby may call it from a signal handler; without this flag a
-    // single-threaded process starts and stops a helper thread on every call.
+    // atomic and sends a signal, so Ruby may call it from a signal handler;
+    // without this flag a single-threaded process starts and stops a helper
+    // thread on every call.
     let flags = (RB_NOGVL_INTR_FAIL | RB_NOGVL_UBF_ASYNC_SAFE) as std::os::raw::c_int;
-    // SAFETY: `call` and `interrupted` outlive the call; `run` touches no
-    // Ruby object, `unblock` only the flag.
+    // SAFETY: `call` and `interrupt` outlive the call; `run` touches no
+    // Ruby object, `unblock` only the flag and the running thread.
     // The binding's one release of the GVL (clippy.toml bans it elsewhere).
     #[allow(clippy::disallowed_methods)]
     unsafe {
-        rb_nogvl(Some(run::<F, R>), call_ptr, Some(unblock), flag_ptr, flags);
+        rb_nogvl(
+            Some(run::<F, R>),
+            call_ptr,
+            Some(unblock),
+            interrupt_ptr,
+            flags,
+        );
     }
     call.outcome
         .map(|outcome| outcome.unwrap_or_else(|panic| panic::resume_unwind(panic)))
@@ -179,11 +199,16 @@ where
     std::ptr::null_mut()
 }
 
-/// Ruby's unblocking function: called from another thread (or a signal
-/// handler's deferred work) to make `run` return soon.
+/// Ruby's unblocking function: called from another thread (`Thread#raise`,
+/// `Timeout.timeout`) or from a signal handler on the running thread
+/// (Ctrl-C) to make `run` return soon. The flag alone is seen only at the
+/// core's next poll; a socket read the network left silent would hold the
+/// thread until its timeout, so the running thread is also sent the wake
+/// signal, which fails the read with EINTR (the core then polls).
 unsafe extern "C" fn unblock(data: *mut c_void) {
-    let interrupted = &*(data as *const AtomicBool);
-    interrupted.store(true, Ordering::Release);
+    let interrupt = &*(data as *const Interrupt);
+    interrupt.flag.store(true, Ordering::Release);
+    wake::send(interrupt.thread);
 }
 
 /// Keeps signals from failing a call while it lasts. A signal handled on a
@@ -195,7 +220,8 @@ unsafe extern "C" fn unblock(data: *mut c_void) {
 /// signals (the kernel delivers them to a thread that takes them); the main
 /// thread blocks only those that never mean "stop waiting" — SIGCHLD (Ruby
 /// catches it for its child processes), SIGVTALRM (Ruby's own timer) and
-/// SIGPIPE — and stays open to Ctrl-C and other trapped signals.
+/// SIGPIPE — and stays open to Ctrl-C and other trapped signals. Neither
+/// blocks the wake signal, which only `unblock` sends.
 struct QuietSignals {
     previous: libc::sigset_t,
 }
@@ -225,6 +251,9 @@ impl QuietSignals {
             } else {
                 libc::sigfillset(&mut quiet);
                 for signal in SYNCHRONOUS {
+                    libc::sigdelset(&mut quiet, signal);
+                }
+                if let Some(signal) = wake::signal() {
                     libc::sigdelset(&mut quiet, signal);
                 }
             }

@@ -131,8 +131,8 @@ struct Scripts {
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     lock: script!(guarded "lock.lua"),
     rlock: script!(guarded "rlock.lua"),
-    unlock: script!("unlock.lua"),
-    runlock: script!("runlock.lua"),
+    unlock: script!(guarded "unlock.lua"),
+    runlock: script!(guarded "runlock.lua"),
     refresh: script!(guarded "refresh.lua"),
     seal: script!("seal.lua"),
     adopt: script!("adopt.lua"),
@@ -290,14 +290,16 @@ impl NetLocker for RedisNode {
         self.run("unlock", &SCRIPTS.unlock, move |call| {
             let keys = Keys::new(&request.resource);
             call.key(keys.writer).key(keys.waiting);
+            call.key(keys.readers).key(keys.nodes);
             call.arg(&request.uid).arg(&request.waiter);
         })
     }
 
     fn runlock(self: Arc<Self>, request: Arc<Request>) -> Reply<bool> {
         self.run("runlock", &SCRIPTS.runlock, move |call| {
-            call.key(Keys::new(&request.resource).readers)
-                .arg(&request.uid);
+            let keys = Keys::new(&request.resource);
+            call.key(keys.readers).key(keys.writer).key(keys.nodes);
+            call.arg(&request.uid);
         })
     }
 

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::caller::Caller;
 use super::hold::Hold;
 use super::keys::Keys;
 use super::route::Route;
@@ -150,7 +151,7 @@ impl Election {
 
     /// The current leader's value, None when nobody leads. Asks Redis.
     pub fn leader(&self) -> Result<Option<String>> {
-        let now = self.semaphore.holder()?;
+        let now = self.semaphore.holder(&Caller::patient())?;
         Ok(now.value.filter(|_| now.held))
     }
 
@@ -228,6 +229,7 @@ impl Observer {
         interrupted: &dyn Fn() -> bool,
     ) -> Result<Option<Term>> {
         let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
+        let caller = Caller::new(give_up_at, interrupted);
         loop {
             if let Some(term) = self.pending.pop_front() {
                 return Ok(Some(term));
@@ -236,7 +238,10 @@ impl Observer {
                 return Err(Error::Interrupted(self.semaphore.what().to_owned()));
             }
             let Some(last_id) = self.last_id.clone() else {
-                let now = self.semaphore.holder()?;
+                let now = match self.semaphore.holder(&caller) {
+                    Err(Error::Timeout { .. }) => return Ok(None),
+                    now => now?,
+                };
                 self.pending.push_back(Term {
                     value: now.value.filter(|_| now.held),
                     fencing_token: now.fence,
@@ -246,7 +251,10 @@ impl Observer {
             };
             if Instant::now() >= self.next_recheck {
                 // Purges a leader whose lease ran out, which records its end.
-                self.semaphore.holder()?;
+                match self.semaphore.holder(&caller) {
+                    Err(Error::Timeout { .. }) => return Ok(None),
+                    checked => checked?,
+                };
                 self.next_recheck = Instant::now() + RECHECK;
             }
             let mut slice = READ_SLICE;
@@ -257,17 +265,21 @@ impl Observer {
                 }
                 slice = slice.min(left);
             }
-            self.read(&last_id, slice)?;
+            match self.read(&caller, &last_id, slice) {
+                // The deadline came while the read was unanswered.
+                Err(Error::Timeout { .. }) => return Ok(None),
+                read => read?,
+            }
         }
     }
 
     /// One blocking XREAD of the terms after `after`, into `pending`.
-    fn read(&mut self, after: &str, slice: Duration) -> Result<()> {
+    fn read(&mut self, caller: &Caller, after: &str, slice: Duration) -> Result<()> {
         let key = &self.semaphore.keys().terms;
         let reply: redis::Value =
             self.semaphore
                 .route()
-                .run("observe", slice + COMMAND_TIMEOUT, |conn| {
+                .run_for(caller, "observe", slice + COMMAND_TIMEOUT, |conn| {
                     redis::cmd("XREAD")
                         .arg("COUNT")
                         .arg(100)

@@ -24,6 +24,11 @@ pub(crate) enum Failure {
     Unsettled(Error),
     /// A signal cut it short, with [`OnSignal::Report`].
     Signal,
+    /// A signal cut it short and the caller's interrupt check fired.
+    Interrupted,
+    /// No answer before the caller's deadline, to a request that may
+    /// have been sent.
+    Late,
     /// Never sent: the server could not be connected to.
     Unreachable(Error),
     /// Sent, but the connection failed or went silent before the answer.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::caller::Caller;
 use super::hold::Hold;
 use super::keys::Keys;
 use super::route::Route;
@@ -316,5 +317,5 @@ pub fn holder(url: &str, name: &str) -> Result<Option<String>> {
         format!("lock {name:?}"),
         None,
     );
-    Ok(semaphore.holder()?.value)
+    Ok(semaphore.holder(&Caller::patient())?.value)
 }

@@ -1,6 +1,7 @@
 //! Primitives on a Redis server or Redis Cluster.
 
 mod admin;
+mod caller;
 mod election;
 mod exclusive;
 mod failure;

@@ -11,6 +11,7 @@ use redis::{
     Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
+use super::caller::Caller;
 use super::failure::{Failure, OnSignal};
 use super::server::{NodeConnection, Server};
 use crate::error::{Error, Result};
@@ -126,7 +127,9 @@ impl Route {
                     false => Err(e),
                 }
             }
-            Failure::Signal => unreachable!("handled by the caller"),
+            Failure::Signal | Failure::Interrupted | Failure::Late => {
+                unreachable!("handled by the caller")
+            }
             Failure::Fatal(e) => Err(e),
         }
     }
@@ -160,34 +163,51 @@ impl Route {
     }
 
     /// Runs `request`, following Cluster redirects; a signal that cuts it
-    /// short sends it again.
+    /// short sends it again. For requests no caller's deadline or interrupt
+    /// bounds (releases, status reads): see [`Route::run_for`].
     pub(crate) fn run<T>(
         &self,
         operation: &str,
         read_timeout: Duration,
         request: impl FnMut(&mut NodeConnection) -> RedisResult<T>,
     ) -> Result<T> {
-        let value = self.run_or_signal(operation, read_timeout, OnSignal::Repeat, request)?;
+        self.run_for(&Caller::patient(), operation, read_timeout, request)
+    }
+
+    /// [`Route::run`] for `caller`: an interrupt ends it with
+    /// [`Error::Interrupted`], and an answer still missing at the caller's
+    /// deadline with [`Error::Timeout`] (the request may have taken effect).
+    pub(crate) fn run_for<T>(
+        &self,
+        caller: &Caller,
+        operation: &str,
+        read_timeout: Duration,
+        request: impl FnMut(&mut NodeConnection) -> RedisResult<T>,
+    ) -> Result<T> {
+        let value =
+            self.run_or_signal(caller, operation, read_timeout, OnSignal::Repeat, request)?;
         Ok(value.expect("repeated requests never end in a signal"))
     }
 
-    /// Like [`Route::run`], but Ok(None) when a signal cut the request
+    /// Like [`Route::run_for`], but Ok(None) when a signal cut the request
     /// short, for requests whose repetition could mislead (release) or that
     /// should go back to checking the caller's interrupt first (a wait).
     /// TRYAGAIN and CLUSTERDOWN are waited out for up to `read_timeout`.
     pub(crate) fn run_or_signal<T>(
         &self,
+        caller: &Caller,
         operation: &str,
         read_timeout: Duration,
         on_signal: OnSignal,
         mut request: impl FnMut(&mut NodeConnection) -> RedisResult<T>,
     ) -> Result<Option<T>> {
-        let give_up_at = Instant::now() + read_timeout;
+        let started = Instant::now();
+        let give_up_at = started + read_timeout;
         let resendable = on_signal == OnSignal::Repeat;
         let (mut server, mut asking) = (self.server(), false);
         let (mut hops, mut progress) = (1, Progress::default());
         loop {
-            let outcome = server.run(operation, read_timeout, on_signal, |conn| {
+            let outcome = server.run(operation, read_timeout, caller, on_signal, |conn| {
                 if asking {
                     redis::cmd("ASKING").query::<()>(conn)?;
                 }
@@ -199,17 +219,27 @@ impl Route {
                     return Ok(Some(value));
                 }
                 Err(Failure::Signal) => return Ok(None),
+                Err(Failure::Interrupted) => {
+                    return Err(Error::Interrupted(format!(
+                        "{operation} on {}",
+                        server.name
+                    )));
+                }
+                Err(Failure::Late) => return Err(late(&server, operation, started)),
                 Err(failure) => failure,
             };
             match self.next(&server, failure, resendable, &mut progress)? {
                 Next::Hop(_, _) if hops == MAX_HOPS => {
                     return Err(too_many_hops(&server, operation));
                 }
+                Next::Hop(_, _) if caller.is_late() => {
+                    return Err(late(&server, operation, started));
+                }
                 Next::Hop(target, ask) => {
                     (server, asking, hops) = (target, ask, hops + 1);
                 }
                 Next::Pause(pause, e) => {
-                    if Instant::now() + pause >= give_up_at {
+                    if Instant::now() + pause >= give_up_at || caller.is_late() {
                         return Err(e);
                     }
                     std::thread::sleep(pause);
@@ -276,6 +306,14 @@ impl Route {
                 }
             }
         }
+    }
+}
+
+/// No answer before the caller's deadline.
+fn late(server: &Server, operation: &str, started: Instant) -> Error {
+    Error::Timeout {
+        what: format!("an answer to {operation} from {}", server.name),
+        waited: started.elapsed(),
     }
 }
 

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::caller::Caller;
 use super::failure::OnSignal;
 use super::hold::{Hold, TAKER};
 use super::keys::Keys;
@@ -108,22 +109,29 @@ impl Semaphore {
         };
         let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
         if timeout == Some(Duration::ZERO) {
-            return match self.attempt(token, &meta, Duration::ZERO) {
+            // One attempt, which no deadline cuts short.
+            let caller = Caller::new(None, interrupted);
+            return match self.attempt(&caller, token, &meta, Duration::ZERO) {
                 Ok(Attempt::Granted(hold)) => Ok(Some(hold)),
                 Ok(Attempt::Queued { .. }) => Ok(None),
                 Err(e) => {
                     // The reply may be what was lost: the script may have
                     // granted this request's token, which no later acquire
                     // presents again. Best effort, like a wait's give-up.
-                    let _ = self.slots.cancel(token);
+                    let _ = self.slots.give_up(token);
                     Err(e)
                 }
             };
         }
-        let waited = self.wait_in_queue(token, &meta, give_up_at, interrupted);
+        let caller = Caller::new(give_up_at, interrupted);
+        let waited = match self.wait_in_queue(&caller, token, &meta) {
+            // The deadline came while a request was unanswered.
+            Err(Error::Timeout { .. }) => Ok(None),
+            waited => waited,
+        };
         if !matches!(waited, Ok(Some(_))) {
             // Leave the queue, and give back a slot handed over meanwhile.
-            let cancelled = self.slots.cancel(token);
+            let cancelled = self.slots.give_up(token);
             if let (Ok(None), Err(e)) = (&waited, cancelled) {
                 return Err(e);
             }
@@ -131,16 +139,10 @@ impl Semaphore {
         waited
     }
 
-    fn wait_in_queue(
-        &self,
-        token: &str,
-        meta: &str,
-        give_up_at: Option<Instant>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<Option<Hold>> {
+    fn wait_in_queue(&self, caller: &Caller, token: &str, meta: &str) -> Result<Option<Hold>> {
         loop {
             self.check_session()?;
-            let (clock, earliest_expiry) = match self.attempt(token, meta, WAITER_LEASE)? {
+            let (clock, earliest_expiry) = match self.attempt(caller, token, meta, WAITER_LEASE)? {
                 Attempt::Granted(hold) => return Ok(Some(hold)),
                 Attempt::Queued {
                     clock,
@@ -155,36 +157,44 @@ impl Semaphore {
                         .saturating_add(Duration::from_millis(1)),
                 ),
             );
-            if let Some(at) = give_up_at {
+            if let Some(at) = caller.give_up_at() {
                 listen_until = listen_until.min(at);
             }
-            if let Some(message) = self.listen(token, listen_until, interrupted)? {
+            if let Some(message) = self.listen(caller, token, listen_until)? {
                 return self.handed_over(token, clock, &message).map(Some);
             }
-            if give_up_at.is_some_and(|at| Instant::now() >= at) {
+            if caller.is_late() {
                 return Ok(None);
             }
         }
     }
 
-    fn attempt(&self, token: &str, meta: &str, waiter_lease: Duration) -> Result<Attempt> {
+    fn attempt(
+        &self,
+        caller: &Caller,
+        token: &str,
+        meta: &str,
+        waiter_lease: Duration,
+    ) -> Result<Attempt> {
         let s = &self.slots;
         let sent = Stamp::now();
-        let reply: Vec<i64> = s.route.run("acquire", COMMAND_TIMEOUT, |conn| {
-            prepare(
-                &SCRIPTS.acquire,
-                &s.keys,
-                s.shape.limit(),
-                conn.fence_base(),
-            )
-            .arg(token)
-            .arg(s.lease.ttl_ms())
-            .arg(waiter_lease.as_millis() as u64)
-            .arg(WAITER_LEASE.as_millis() as u64)
-            .arg(meta)
-            .arg(s.shape.kind())
-            .invoke(conn)
-        })?;
+        let reply: Vec<i64> = s
+            .route
+            .run_for(caller, "acquire", COMMAND_TIMEOUT, |conn| {
+                prepare(
+                    &SCRIPTS.acquire,
+                    &s.keys,
+                    s.shape.limit(),
+                    conn.fence_base(),
+                )
+                .arg(token)
+                .arg(s.lease.ttl_ms())
+                .arg(waiter_lease.as_millis() as u64)
+                .arg(WAITER_LEASE.as_millis() as u64)
+                .arg(meta)
+                .arg(s.shape.kind())
+                .invoke(conn)
+            })?;
         let [granted, fence, deadline_ms, now_ms] = reply[..] else {
             return Err(self.slots.protocol_error("acquire"));
         };
@@ -213,16 +223,11 @@ impl Semaphore {
     }
 
     /// Blocks on the wake-up list of `token` until a message arrives,
-    /// `until` passes, or `interrupted` fires.
-    fn listen(
-        &self,
-        token: &str,
-        until: Instant,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<Option<String>> {
+    /// `until` passes, or the caller is interrupted.
+    fn listen(&self, caller: &Caller, token: &str, until: Instant) -> Result<Option<String>> {
         let wake_key = format!("{}{token}", self.slots.keys.wake_prefix);
         loop {
-            if interrupted() {
+            if caller.interrupted() {
                 return Err(Error::Interrupted(self.slots.what.clone()));
             }
             self.check_session()?;
@@ -232,9 +237,10 @@ impl Semaphore {
             }
             let slice = left.min(LISTEN_SLICE);
             // A signal ends the slice early (Ok(None)): back to checking
-            // `interrupted`. A wake-up lost with the dropped connection is
+            // the interrupt. A wake-up lost with the dropped connection is
             // still in the grants hash, where the next attempt claims it.
             let message: Option<Option<(String, String)>> = self.slots.route.run_or_signal(
+                caller,
                 "wait",
                 slice + COMMAND_TIMEOUT,
                 OnSignal::Report,
@@ -340,10 +346,15 @@ impl Semaphore {
         interrupted: &dyn Fn() -> bool,
     ) -> Result<bool> {
         let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
+        let caller = Caller::new(give_up_at, interrupted);
         let watcher = format!("watch-{}", random_hex(12));
-        let waited = self.watch_until_idle(&watcher, give_up_at, interrupted);
+        let waited = match self.watch_until_idle(&caller, &watcher) {
+            // The deadline came while a request was unanswered.
+            Err(Error::Timeout { .. }) => Ok(false),
+            waited => waited,
+        };
         if !matches!(waited, Ok(true)) {
-            let cancelled = self.slots.cancel(&watcher);
+            let cancelled = self.slots.give_up(&watcher);
             if let (Ok(false), Err(e)) = (&waited, cancelled) {
                 return Err(e);
             }
@@ -351,15 +362,10 @@ impl Semaphore {
         waited
     }
 
-    fn watch_until_idle(
-        &self,
-        watcher: &str,
-        give_up_at: Option<Instant>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
+    fn watch_until_idle(&self, caller: &Caller, watcher: &str) -> Result<bool> {
         let s = &self.slots;
         loop {
-            let idle: i64 = s.route.run("wait", COMMAND_TIMEOUT, |conn| {
+            let idle: i64 = s.route.run_for(caller, "wait", COMMAND_TIMEOUT, |conn| {
                 prepare(&SCRIPTS.watch, &s.keys, s.shape.limit(), conn.fence_base())
                     .arg(watcher)
                     .arg(WAITER_LEASE.as_millis() as u64)
@@ -368,14 +374,14 @@ impl Semaphore {
             if idle == 1 {
                 return Ok(true);
             }
+            if caller.is_late() {
+                return Ok(false);
+            }
             let mut listen_until = Instant::now() + RECHECK;
-            if let Some(at) = give_up_at {
-                if Instant::now() >= at {
-                    return Ok(false);
-                }
+            if let Some(at) = caller.give_up_at() {
                 listen_until = listen_until.min(at);
             }
-            if self.listen(watcher, listen_until, interrupted)?.is_some() {
+            if self.listen(caller, watcher, listen_until)?.is_some() {
                 return Ok(true);
             }
         }
@@ -387,7 +393,7 @@ impl Semaphore {
     }
 
     /// Who holds the name now (and the last election term recorded).
-    pub(crate) fn holder(&self) -> Result<HolderState> {
-        self.slots.holder()
+    pub(crate) fn holder(&self, caller: &Caller) -> Result<HolderState> {
+        self.slots.holder(caller)
     }
 }

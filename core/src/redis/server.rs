@@ -6,12 +6,13 @@
 //! master through failovers (see [`super::sentinel`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError, RedisResult};
 
+use super::caller::Caller;
 use super::failure::{interrupted_by_signal, is_cluster_reply, Failure, OnSignal};
 use super::sentinel::{Discovery, Node, Sentinels};
 use crate::error::{Error, Result};
@@ -41,7 +42,7 @@ pub(crate) struct Server {
     /// The other nodes of this server's Cluster (`host:port`), learned once
     /// while it answers, so that a route can still find its slot after this
     /// node itself failed over; empty when it is not in a Cluster.
-    peers: Mutex<Option<Vec<String>>>,
+    peers: OnceLock<Vec<String>>,
 }
 
 type Registry = Mutex<HashMap<(String, Duration), Arc<Server>>>;
@@ -129,7 +130,7 @@ impl Server {
             connect_timeout,
             idle: Mutex::new((std::process::id(), Vec::new())),
             background: Mutex::new(None),
-            peers: Mutex::new(None),
+            peers: OnceLock::new(),
         }
     }
 
@@ -189,9 +190,14 @@ impl Server {
         Ok(server.clone())
     }
 
-    /// A pooled connection (true) or a new one. `after_stale`: a pooled
-    /// one just turned out dead, and may have carried the request.
-    fn checkout(&self, after_stale: bool) -> std::result::Result<(NodeConnection, bool), Failure> {
+    /// A pooled connection (true), or a new one; connecting is cut to the
+    /// caller's deadline and ended by its interrupt. `after_stale`: a
+    /// pooled one just turned out dead, and may have carried the request.
+    fn checkout(
+        &self,
+        caller: &Caller,
+        after_stale: bool,
+    ) -> std::result::Result<(NodeConnection, bool), Failure> {
         let mut pooled = None;
         {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
@@ -224,13 +230,17 @@ impl Server {
         let conn = loop {
             match node
                 .client
-                .get_connection_with_timeout(self.connect_timeout)
+                .get_connection_with_timeout(caller.read_timeout(self.connect_timeout))
             {
                 Ok(conn) => break conn,
+                Err(e) if interrupted_by_signal(&e) && caller.interrupted() => {
+                    return Err(Failure::Interrupted);
+                }
                 // Connecting twice is always safe.
                 Err(e) if interrupted_by_signal(&e) && interruptions < MAX_INTERRUPTIONS => {
                     interruptions += 1;
                 }
+                Err(_) if caller.is_late() => return Err(Failure::Late),
                 Err(e) => {
                     self.forget(&node);
                     return Err(unreachable(e));
@@ -249,25 +259,29 @@ impl Server {
         }
     }
 
-    /// Runs `request` on a pooled connection. A pooled connection that turns
-    /// out dead (the server restarted) is replaced once: it never carried the
-    /// request to a live server, so repeating it is safe. A read cut short by
-    /// a signal (EINTR: Ruby and Python install handlers) drops the
-    /// connection, whose state is then unknown, and either repeats the
-    /// request or reports [`Failure::Signal`], as `on_signal` says.
+    /// Runs `request` on a pooled connection for `caller`, waiting up to
+    /// `read_timeout` for the answer, or less if the caller gives up
+    /// sooner. A pooled connection that turns out dead (the server
+    /// restarted) is replaced once: it never carried the request to a live
+    /// server, so repeating it is safe. A read cut short by a signal (EINTR:
+    /// Ruby and Python install handlers) drops the connection, whose state
+    /// is then unknown, and ends the request if the caller is interrupted;
+    /// otherwise it repeats the request or reports [`Failure::Signal`], as
+    /// `on_signal` says.
     pub(crate) fn run<T>(
         &self,
         operation: &str,
         read_timeout: Duration,
+        caller: &Caller,
         on_signal: OnSignal,
         mut request: impl FnMut(&mut NodeConnection) -> RedisResult<T>,
     ) -> std::result::Result<T, Failure> {
         let mut stale_retried = false;
         let mut interruptions = 0;
         loop {
-            let (mut conn, pooled) = self.checkout(stale_retried)?;
+            let (mut conn, pooled) = self.checkout(caller, stale_retried)?;
             conn.conn
-                .set_read_timeout(Some(read_timeout))
+                .set_read_timeout(Some(caller.read_timeout(read_timeout)))
                 .map_err(|e| Failure::Fatal(self.error(operation, e)))?;
             match request(&mut conn) {
                 Ok(value) => {
@@ -278,11 +292,15 @@ impl Server {
                     self.checkin(conn);
                     return Err(Failure::of(&self.name, operation, e));
                 }
+                Err(e) if interrupted_by_signal(&e) && caller.interrupted() => {
+                    return Err(Failure::Interrupted);
+                }
                 Err(e) if interrupted_by_signal(&e) => match on_signal {
                     OnSignal::Report => return Err(Failure::Signal),
                     OnSignal::Repeat if interruptions < MAX_INTERRUPTIONS => interruptions += 1,
                     OnSignal::Repeat => return Err(Failure::Fatal(self.error(operation, e))),
                 },
+                Err(e) if caller.is_late() && e.is_timeout() => return Err(Failure::Late),
                 Err(e) if pooled && !stale_retried && e.is_connection_dropped() => {
                     // The master may have died: its other pooled
                     // connections go too.
@@ -296,6 +314,9 @@ impl Server {
                     }
                     return Err(failure);
                 }
+            }
+            if caller.is_late() {
+                return Err(Failure::Late);
             }
         }
     }

@@ -3,8 +3,10 @@
 //! long a grant lasts and the session it is bound to; and the requests on
 //! one slot that take a single script call each.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use super::caller::Caller;
 use super::failure::OnSignal;
 use super::keys::Keys;
 use super::route::Route;
@@ -13,12 +15,16 @@ use super::server::COMMAND_TIMEOUT;
 use super::session::Binding;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::runtime;
 
 /// A queued waiter stays eligible this long after its last renewal; a
 /// crashed waiter stops being handed slots after at most this much. It is
 /// also the handoff window: a slot handed to a waiter lasts this long
 /// until its first refresh.
 pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(2);
+
+/// How long a caller leaving the queue waits for the server to confirm.
+const LEAVING_TIME: Duration = Duration::from_millis(100);
 
 /// What a name is used as. Clients must agree while anyone holds or waits
 /// for it: the server records it with the first holder or waiter (`shape`
@@ -99,19 +105,65 @@ pub(crate) enum Renewal {
 
 impl Slots {
     /// Takes `token` out of the queue, and gives back a slot handed to it
-    /// meanwhile.
-    pub(crate) fn cancel(&self, token: &str) -> Result<()> {
-        self.route.run("cancel", COMMAND_TIMEOUT, |conn| {
-            prepare(
-                &SCRIPTS.cancel,
-                &self.keys,
-                self.shape.limit(),
-                conn.fence_base(),
-            )
-            .arg(token)
-            .invoke::<i64>(conn)
-        })?;
-        Ok(())
+    /// meanwhile (or granted by a request whose reply was lost). Asked for
+    /// a moment on the caller's thread; if the server does not answer in
+    /// that time (a silent network), asked again in the background until
+    /// the token's place and any grant to it have run out on their own, so
+    /// a caller who is leaving is never held up for long.
+    pub(crate) fn give_up(self: &Arc<Self>, token: &str) -> Result<()> {
+        let never = || false;
+        let caller = Caller::new(Some(Instant::now() + LEAVING_TIME), &never);
+        match self
+            .route
+            .run_for(&caller, "cancel", COMMAND_TIMEOUT, |conn| {
+                prepare(
+                    &SCRIPTS.cancel,
+                    &self.keys,
+                    self.shape.limit(),
+                    conn.fence_base(),
+                )
+                .arg(token)
+                .invoke::<i64>(conn)
+            }) {
+            Err(e) if e.is_transient() || matches!(e, Error::Timeout { .. }) => {
+                self.give_up_in_background(token.to_owned());
+                Ok(())
+            }
+            cancelled => cancelled.map(drop),
+        }
+    }
+
+    fn give_up_in_background(self: &Arc<Self>, token: String) {
+        let slots = self.clone();
+        // By then the token's place in the queue and any grant to it have
+        // run out by themselves.
+        let pointless_after = Instant::now() + self.lease.ttl.max(WAITER_LEASE);
+        runtime::spawn(async move {
+            let mut pause = Duration::from_millis(50);
+            while Instant::now() < pointless_after {
+                let (slots, token) = (&slots, &token);
+                let timeout = slots.lease.background_timeout();
+                let cancelled = slots
+                    .route
+                    .in_background("cancel", timeout, |mut conn| async move {
+                        prepare(
+                            &SCRIPTS.cancel,
+                            &slots.keys,
+                            slots.shape.limit(),
+                            conn.fence_base(),
+                        )
+                        .arg(token)
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                    })
+                    .await;
+                match cancelled {
+                    Err(e) if e.is_transient() => tokio::time::sleep(pause).await,
+                    _ => return,
+                }
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        });
     }
 
     /// Releases `token`. Its answer cannot simply be repeated: a release cut
@@ -120,18 +172,22 @@ impl Slots {
     /// the slot; if not, this release freed it when it `was_live` before.
     pub(crate) fn release_as(&self, token: &str, was_live: bool) -> Result<bool> {
         loop {
-            let released =
-                self.route
-                    .run_or_signal("release", COMMAND_TIMEOUT, OnSignal::Report, |conn| {
-                        prepare(
-                            &SCRIPTS.release,
-                            &self.keys,
-                            self.shape.limit(),
-                            conn.fence_base(),
-                        )
-                        .arg(token)
-                        .invoke::<i64>(conn)
-                    })?;
+            let released = self.route.run_or_signal(
+                &Caller::patient(),
+                "release",
+                COMMAND_TIMEOUT,
+                OnSignal::Report,
+                |conn| {
+                    prepare(
+                        &SCRIPTS.release,
+                        &self.keys,
+                        self.shape.limit(),
+                        conn.fence_base(),
+                    )
+                    .arg(token)
+                    .invoke::<i64>(conn)
+                },
+            )?;
             match released {
                 Some(released) => return Ok(released == 1),
                 None if !self.inspect(Some(token))?.1 => return Ok(was_live),
@@ -159,17 +215,18 @@ impl Slots {
     }
 
     /// Who holds the name now (and the last election term recorded).
-    pub(crate) fn holder(&self) -> Result<HolderState> {
+    pub(crate) fn holder(&self, caller: &Caller) -> Result<HolderState> {
         let (held, value, fence, last_term): (i64, String, u64, String) =
-            self.route.run("holder", COMMAND_TIMEOUT, |conn| {
-                prepare(
-                    &SCRIPTS.holder,
-                    &self.keys,
-                    self.shape.limit(),
-                    conn.fence_base(),
-                )
-                .invoke(conn)
-            })?;
+            self.route
+                .run_for(caller, "holder", COMMAND_TIMEOUT, |conn| {
+                    prepare(
+                        &SCRIPTS.holder,
+                        &self.keys,
+                        self.shape.limit(),
+                        conn.fence_base(),
+                    )
+                    .invoke(conn)
+                })?;
         Ok(HolderState {
             held: held == 1,
             value: (!value.is_empty()).then_some(value),

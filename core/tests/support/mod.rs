@@ -816,31 +816,46 @@ impl Drop for Helper {
     }
 }
 
-/// A TCP proxy in front of `upstream_port` whose existing connections can
-/// be made to go silent (open, but no byte passes either way) while new
-/// ones work: a stuck connection, as a NAT or a half-dead peer leaves one.
+/// A TCP proxy in front of `upstream_port` whose connections can be made
+/// to go silent (open, but no byte passes): the existing ones while new
+/// ones work (a stuck connection, as a NAT or a half-dead peer leaves one),
+/// all of them (a partition as a client sees it), or only the replies
+/// (requests reach the server, answers are lost).
 pub struct StallProxy {
     pub port: u16,
     generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// 0: as `generation` says; 1: every byte swallowed; 2: replies only.
+    silence: std::sync::Arc<std::sync::atomic::AtomicU8>,
 }
 
 impl StallProxy {
     pub fn start(upstream_port: u16) -> StallProxy {
         use std::io::{Read, Write};
         use std::net::TcpStream;
-        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
         use std::sync::Arc;
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let generation = Arc::new(AtomicU64::new(0));
-        let pump = |mut from: TcpStream, mut to: TcpStream, born: u64, now: Arc<AtomicU64>| {
+        let silence = Arc::new(AtomicU8::new(0));
+        let pump = |mut from: TcpStream,
+                    mut to: TcpStream,
+                    replies: bool,
+                    born: u64,
+                    now: Arc<AtomicU64>,
+                    silence: Arc<AtomicU8>| {
             std::thread::spawn(move || {
                 let mut buf = [0u8; 16384];
                 while let Ok(read) = from.read(&mut buf) {
                     if read == 0 {
                         break;
                     }
-                    if now.load(Ordering::SeqCst) != born {
+                    let silent = match silence.load(Ordering::SeqCst) {
+                        1 => true,
+                        2 => replies,
+                        _ => now.load(Ordering::SeqCst) != born,
+                    };
+                    if silent {
                         // Silent from now on: swallow everything.
                         continue;
                     }
@@ -850,7 +865,7 @@ impl StallProxy {
                 }
             });
         };
-        let current = generation.clone();
+        let (current, quiet) = (generation.clone(), silence.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)) else {
@@ -860,19 +875,40 @@ impl StallProxy {
                 pump(
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
+                    false,
                     born,
                     current.clone(),
+                    quiet.clone(),
                 );
-                pump(server, client, born, current.clone());
+                pump(server, client, true, born, current.clone(), quiet.clone());
             }
         });
-        StallProxy { port, generation }
+        StallProxy {
+            port,
+            generation,
+            silence,
+        }
     }
 
     /// Every connection open now goes silent; later ones work.
     pub fn stall_existing(&self) {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Every connection, open now or later, goes silent until `speak`.
+    pub fn silence_all(&self) {
+        self.silence.store(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Requests still reach the server; its replies are lost until `speak`.
+    pub fn silence_replies(&self) {
+        self.silence.store(2, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Ends `silence_all` or `silence_replies`.
+    pub fn speak(&self) {
+        self.silence.store(0, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn url(&self) -> String {

@@ -1,5 +1,5 @@
--- Shared prelude of lock, rlock and refresh (prepended to each): the restart
--- guard and the node-list fingerprint.
+-- Shared prelude of lock, rlock, refresh, unlock and runlock (prepended to
+-- each): the restart guard and the node-list fingerprint.
 --
 -- A node restarted without persistence (or flushed) has forgotten every
 -- grant it gave, so a lease it granted may still be live elsewhere: Redlock's
@@ -43,3 +43,17 @@ local function record_list(nodes, fingerprint, ttl_ms)
   end
 end
 
+
+-- Drops the fingerprint with the name's last holder: it only has to keep
+-- clients with other lists away from live grants, and a misconfigured
+-- client's grant, given back, must not keep it around to refuse the rest.
+local function forget_list_if_free(writer, readers, nodes, now_ms)
+  if redis.call('EXISTS', writer) == 1 then return end
+  if redis.call('ZCOUNT', readers, '(' .. now_ms, '+inf') > 0 then return end
+  redis.call('DEL', nodes)
+end
+
+local function server_ms()
+  local clock = redis.call('TIME')
+  return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+end

@@ -25,12 +25,14 @@ end
 -- and a WaitGroup of one name would share slots.
 local shape = ARGV[9] .. ' ' .. ARGV[2]
 forget_shape_if_idle()
-local recorded = redis.call('GET', shape_key)
-if recorded and recorded ~= shape then
-  local kind, limit = string.match(recorded, '^(%d+) (%d+)$')
+if recorded_shape and recorded_shape ~= shape then
+  local kind, limit = string.match(recorded_shape, '^(%d+) (%d+)$')
   return {-1, tonumber(kind), tonumber(limit), int(now_ms)}
 end
-redis.call('SET', shape_key, shape, 'KEEPTTL')
+if not recorded_shape then
+  redis.call('SET', shape_key, shape)
+  recorded_shape = shape
+end
 -- The name may have been idle with an older record: from now on it is ours.
 limit = tonumber(ARGV[2])
 expire_no_earlier(shape_key, math.max(ttl_ms, lease_ms, 1))

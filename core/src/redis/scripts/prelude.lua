@@ -172,9 +172,12 @@ local function grant(token, lifetime_ms)
 end
 
 -- A name nobody holds or waits for may be taken up as anything next.
+-- `recorded_shape` follows the key, so no script reads it twice.
 local function forget_shape_if_idle()
-  if redis.call('ZCARD', holders) == 0 and redis.call('ZCARD', queue) == 0 then
+  if recorded_shape and redis.call('ZCARD', holders) == 0
+      and redis.call('ZCARD', queue) == 0 then
     redis.call('DEL', shape_key)
+    recorded_shape = nil
   end
 end
 

@@ -5,14 +5,12 @@ use std::time::Instant;
 
 use redis::{ErrorKind, RedisResult, Value};
 
-use super::{OnSignal, Server, COMMAND_TIMEOUT};
+use super::{Caller, OnSignal, Server, COMMAND_TIMEOUT};
 
 impl Server {
+    /// Lock-free: every successful call asks it.
     fn knows_peers(&self) -> bool {
-        self.peers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.peers.get().is_some()
     }
 
     /// Learns the other nodes of this server's Cluster (CLUSTER SLOTS;
@@ -23,9 +21,13 @@ impl Server {
         if self.knows_peers() {
             return;
         }
-        let asked = self.run("cluster slots", COMMAND_TIMEOUT, OnSignal::Report, |conn| {
-            Ok(redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(conn))
-        });
+        let asked = self.run(
+            "cluster slots",
+            COMMAND_TIMEOUT,
+            &Caller::patient(),
+            OnSignal::Report,
+            |conn| Ok(redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(conn)),
+        );
         if let Ok(slots) = asked {
             self.know_peers(slots);
         }
@@ -59,13 +61,13 @@ impl Server {
             Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => Vec::new(),
             Err(_) => return,
         };
-        *self.peers.lock().unwrap_or_else(|e| e.into_inner()) = Some(learned);
+        // Two calls may learn at once; either list will do.
+        let _ = self.peers.set(learned);
     }
 
     /// The `index`-th other node of this server's Cluster, if known.
     pub(crate) fn peer(&self, index: usize) -> Option<String> {
-        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        peers.as_ref()?.get(index).cloned()
+        self.peers.get()?.get(index).cloned()
     }
 }
 
