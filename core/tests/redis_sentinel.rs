@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use lockyard::redis::{Lock, LockGuard};
 use lockyard::Error;
-use support::{eventually, free_port, SentinelSet};
+use support::{eventually, free_port, RedisServer, SentinelSet, SENTINEL_MASTER};
 
 fn lock(url: &str, name: &str) -> Lock {
     Lock::builder(url, name)
@@ -145,7 +145,7 @@ fn a_holder_whose_grant_reached_the_replica_stays_healthy_across_the_failover() 
 }
 
 /// The lease deadline (server ms) of the one holder of `name` on `server`.
-fn lease_deadline(server: &support::RedisServer, name: &str) -> u64 {
+fn lease_deadline(server: &RedisServer, name: &str) -> u64 {
     let holders: Vec<(String, u64)> = redis::cmd("ZRANGE")
         .arg(format!("lockyard:{{{name}}}:holders"))
         .arg(0)
@@ -246,6 +246,45 @@ fn tokens_after_a_failover_exceed_those_of_an_old_master_whose_clock_ran_ahead()
         "{} on the promoted replica, {old_master_token} on the old master",
         guard.fencing_token()
     );
+}
+
+#[test]
+fn passwords_reach_the_master_and_the_sentinels() {
+    let master = RedisServer::with_password("master-secret");
+    let sentinel = RedisServer::sentinel_with(
+        master.port,
+        1,
+        &format!(
+            "sentinel auth-pass {SENTINEL_MASTER} master-secret\nrequirepass sentinel-secret\n"
+        ),
+    );
+    let url = |auth: &str, query: &str| {
+        format!(
+            "redis+sentinel://{auth}127.0.0.1:{}/{SENTINEL_MASTER}/0{query}",
+            sentinel.port
+        )
+    };
+    let both = lock(
+        &url(":master-secret@", "?sentinel_password=sentinel-secret"),
+        "auth",
+    );
+    assert!(both.try_acquire().unwrap().unwrap().release().unwrap());
+
+    let no_sentinel_password = lock(&url(":master-secret@", ""), "auth");
+    let err = no_sentinel_password
+        .try_acquire()
+        .err()
+        .expect("sentinel refuses");
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    assert!(err.to_string().contains("NOAUTH"), "{err}");
+    let no_master_password = lock(&url("", "?sentinel_password=sentinel-secret"), "auth");
+    let err = no_master_password
+        .try_acquire()
+        .err()
+        .expect("master refuses");
+    assert!(matches!(err, Error::Backend { .. }), "{err}");
+    assert!(err.to_string().contains("NOAUTH"), "{err}");
+    assert!(!err.to_string().contains("secret"), "{err}");
 }
 
 #[test]

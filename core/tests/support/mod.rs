@@ -39,6 +39,15 @@ impl RedisServer {
     }
 
     /// A replica of the server on `master_port`.
+    /// A server that asks clients for `password` (AUTH).
+    pub fn with_password(password: &str) -> RedisServer {
+        RedisServer::start_as(free_port(), |port, dir| {
+            let mut command = redis_server(port, dir);
+            command.args(["--requirepass", password]);
+            command
+        })
+    }
+
     pub fn replica_of(master_port: u16) -> RedisServer {
         RedisServer::start_as(free_port(), |port, dir| {
             let mut command = redis_server(port, dir);
@@ -52,15 +61,21 @@ impl RedisServer {
     /// failover to take a few seconds (but not so short that a master
     /// slowed by a busy machine is failed over by mistake).
     pub fn sentinel(master_port: u16) -> RedisServer {
+        RedisServer::sentinel_with(master_port, 2, "")
+    }
+
+    /// [`RedisServer::sentinel`] with `quorum` and more configuration
+    /// lines (passwords).
+    pub fn sentinel_with(master_port: u16, quorum: u32, more: &str) -> RedisServer {
         RedisServer::start_as(free_port(), |port, dir| {
             let config = dir.0.join("sentinel.conf");
             std::fs::write(
                 &config,
                 format!(
                     "port {port}\nbind 127.0.0.1\n\
-                     sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {master_port} 2\n\
+                     sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {master_port} {quorum}\n\
                      sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
-                     sentinel failover-timeout {SENTINEL_MASTER} 2000\n"
+                     sentinel failover-timeout {SENTINEL_MASTER} 2000\n{more}"
                 ),
             )
             .unwrap();
