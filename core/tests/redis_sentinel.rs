@@ -288,6 +288,32 @@ fn passwords_reach_the_master_and_the_sentinels() {
 }
 
 #[test]
+fn a_sentinel_that_never_answers_holds_a_caller_no_longer_than_its_timeout() {
+    // Connections complete (the kernel accepts them) but nothing answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{}/locks",
+        silent.local_addr().unwrap().port()
+    );
+    let lock = Lock::builder(url, "deploy")
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let outcome = lock.acquire(Some(Duration::from_millis(300)));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(outcome, Err(Error::Timeout { .. })),
+        "{:?}",
+        outcome.err()
+    );
+}
+
+#[test]
 fn a_bad_sentinel_url_is_a_config_error() {
     for url in [
         "redis+sentinel://127.0.0.1:26379",

@@ -168,19 +168,24 @@ impl Sentinels {
     /// are asked first next time, so one that is down costs a connect
     /// timeout once, not on every new connection. The master named must
     /// then say it is one (`ROLE`): during a failover it may be down, or
-    /// a replica being promoted.
-    fn resolve(&self, connect_timeout: Duration) -> Result<Node> {
+    /// a replica being promoted. Each step waits up to `connect_timeout`,
+    /// and none starts after `give_up_at` (a caller's deadline).
+    fn resolve(&self, connect_timeout: Duration, give_up_at: Option<Instant>) -> Result<Node> {
+        let timeout = || match give_up_at {
+            Some(at) => connect_timeout.min(at.saturating_duration_since(Instant::now())),
+            None => connect_timeout,
+        };
         let order = self.addresses().clone();
         let majority = order.len() / 2 + 1;
         let (mut answered, mut silent) = (Vec::new(), Vec::new());
         let mut newest: Option<(u64, String)> = None;
         let mut failures = Vec::new();
         for sentinel in order {
-            if answered.len() == majority {
+            if answered.len() == majority || timeout().is_zero() {
                 silent.push(sentinel);
                 continue;
             }
-            match self.ask(&sentinel, connect_timeout) {
+            match self.ask(&sentinel, timeout()) {
                 Ok(Some((epoch, master))) => {
                     if newest.as_ref().is_none_or(|(seen, _)| epoch > *seen) {
                         newest = Some((epoch, master));
@@ -211,9 +216,9 @@ impl Sentinels {
         ))
         .map_err(|e| self.error(format!("master {master}: {e}")))?;
         let role: Vec<redis::Value> = client
-            .get_connection_with_timeout(connect_timeout)
+            .get_connection_with_timeout(timeout().max(Duration::from_millis(1)))
             .and_then(|mut conn| {
-                conn.set_read_timeout(Some(connect_timeout))?;
+                conn.set_read_timeout(Some(timeout().max(Duration::from_millis(1))))?;
                 redis::cmd("ROLE").query(&mut conn)
             })
             .map_err(|e| self.error(format!("the sentinels name {master} as master, but: {e}")))?;
@@ -306,11 +311,12 @@ impl Discovery {
         }
     }
 
-    /// The master the sentinels name now (blocking). The same one as
-    /// before is the same [`Node`], so connections to it stay pooled.
-    pub(crate) fn master(&self) -> Result<Arc<Node>> {
+    /// The master the sentinels name now (blocking; asking none after
+    /// `give_up_at`). The same one as before is the same [`Node`], so
+    /// connections to it stay pooled.
+    pub(crate) fn master(&self, give_up_at: Option<Instant>) -> Result<Arc<Node>> {
         *self.asked_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        let found = self.sentinels.resolve(self.connect_timeout)?;
+        let found = self.sentinels.resolve(self.connect_timeout, give_up_at)?;
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(known) = current.as_ref() {
             if known.address == found.address && known.fence_base == found.fence_base {
@@ -344,14 +350,14 @@ impl Discovery {
     /// master, and the sentinels still say so if they were last asked over
     /// [`RECHECK`] ago (blocking then). Sentinels that do not answer leave
     /// it in use: it answered a moment ago.
-    pub(crate) fn still_master(&self, node: &Arc<Node>) -> bool {
+    pub(crate) fn still_master(&self, node: &Arc<Node>, give_up_at: Option<Instant>) -> bool {
         if !self.is_current(node) {
             return false;
         }
         if !self.recheck_due() {
             return true;
         }
-        self.master()
+        self.master(give_up_at)
             .map_or(true, |master| Arc::ptr_eq(&master, node))
     }
 

@@ -215,12 +215,18 @@ impl Server {
             }
         }
         // Asked outside the pool's lock: it may ask the sentinels.
-        if let Some(conn) = pooled.filter(|conn| self.still_master(&conn.node)) {
+        if let Some(conn) = pooled.filter(|conn| self.still_master(&conn.node, caller.give_up_at()))
+        {
             return Ok((conn, true));
         }
         // No master found: asking the sentinels again at once would only
         // double the wait for the same answer.
-        let node = self.node().map_err(Failure::Fatal)?;
+        let node = self
+            .node(caller.give_up_at())
+            .map_err(|e| match caller.is_late() {
+                true => Failure::Late,
+                false => Failure::Fatal(e),
+            })?;
         let unreachable = |e| match after_stale {
             // The dead connection may have carried the request after all.
             true => Failure::Broken(self.error("connect", e)),

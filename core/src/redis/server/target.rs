@@ -2,6 +2,7 @@
 //! the sentinels name; and the pooled connection that remembers which.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use redis::{Connection, ConnectionLike, RedisResult, Value};
 
@@ -64,10 +65,10 @@ impl Server {
 
     /// The node a new connection goes to (behind Sentinel, the master
     /// the sentinels name now).
-    pub(super) fn node(&self) -> Result<Arc<Node>> {
+    pub(super) fn node(&self, give_up_at: Option<Instant>) -> Result<Arc<Node>> {
         match &self.target {
             Target::Fixed(node) => Ok(node.clone()),
-            Target::Sentinel(discovery) => discovery.master(),
+            Target::Sentinel(discovery) => discovery.master(give_up_at),
         }
     }
 
@@ -78,7 +79,7 @@ impl Server {
             Target::Fixed(node) => Ok(node.clone()),
             Target::Sentinel(discovery) => {
                 let discovery = discovery.clone();
-                tokio::task::spawn_blocking(move || discovery.master())
+                tokio::task::spawn_blocking(move || discovery.master(None))
                     .await
                     .map_err(|e| Error::backend(&self.name, "find the master", e))?
             }
@@ -87,10 +88,10 @@ impl Server {
 
     /// Whether a pooled connection to `node` may be used (behind Sentinel,
     /// see [`Discovery::still_master`]).
-    pub(super) fn still_master(&self, node: &Arc<Node>) -> bool {
+    pub(super) fn still_master(&self, node: &Arc<Node>, give_up_at: Option<Instant>) -> bool {
         match &self.target {
             Target::Fixed(_) => true,
-            Target::Sentinel(discovery) => discovery.still_master(node),
+            Target::Sentinel(discovery) => discovery.still_master(node, give_up_at),
         }
     }
 
@@ -102,7 +103,7 @@ impl Server {
             Target::Sentinel(discovery) if !discovery.recheck_due() => discovery.is_current(node),
             Target::Sentinel(discovery) => {
                 let (discovery, node) = (discovery.clone(), node.clone());
-                tokio::task::spawn_blocking(move || discovery.still_master(&node))
+                tokio::task::spawn_blocking(move || discovery.still_master(&node, None))
                     .await
                     .unwrap_or(true)
             }
