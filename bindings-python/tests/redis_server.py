@@ -29,7 +29,7 @@ class Redis:
     def __init__(self, directory: Path) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process = subprocess.Popen(
+        self._launch(
             [
                 "redis-server",
                 "--port",
@@ -42,9 +42,11 @@ class Redis:
                 "no",
                 "--dir",
                 str(directory),
-            ],
-            stdout=subprocess.DEVNULL,
+            ]
         )
+
+    def _launch(self, command: list[str]) -> None:
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -80,6 +82,21 @@ class Redis:
         keys = self.command("KEYS", "*")
         assert isinstance(keys, list)
         return sorted(keys)
+
+
+class Sentinel(Redis):
+    """A sentinel (`redis-server --sentinel`) on a free port, watching
+    `master` under the name `master_name`."""
+
+    def __init__(self, directory: Path, master: Redis, master_name: str) -> None:
+        self.port = free_port()
+        self.url = f"redis+sentinel://127.0.0.1:{self.port}/{master_name}/0"
+        config = directory / f"sentinel-{self.port}.conf"
+        config.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {directory}\n"
+            f"sentinel monitor {master_name} 127.0.0.1 {master.port} 1\n"
+        )
+        self._launch(["redis-server", str(config), "--sentinel"])
 
 
 def _read_reply(reply: BinaryIO) -> object:

@@ -41,7 +41,8 @@ impl Backend {
                 let what = if url.starts_with("gs://") {
                     "a gs:// URL cannot be combined with others".to_owned()
                 } else {
-                    "expected redis://, rediss://, unix:// or gs://BUCKET/PREFIX".to_owned()
+                    "expected redis://, rediss://, unix://, redis+sentinel:// or gs://BUCKET/PREFIX"
+                        .to_owned()
                 };
                 return Err(Failure::usage(format!(
                     "unknown URL {:?}: {what}",
@@ -65,9 +66,16 @@ impl Backend {
 }
 
 fn is_redis(url: &str) -> bool {
-    ["redis://", "rediss://", "unix://", "redis+unix://"]
-        .iter()
-        .any(|scheme| url.starts_with(scheme))
+    [
+        "redis://",
+        "rediss://",
+        "unix://",
+        "redis+unix://",
+        "redis+sentinel://",
+        "rediss+sentinel://",
+    ]
+    .iter()
+    .any(|scheme| url.starts_with(scheme))
 }
 
 /// The URL without a password, for messages.
@@ -92,6 +100,13 @@ mod tests {
         assert_eq!(from_env, Backend::Redis("redis://h:1/2".into()));
         let local = Backend::from_urls(&[], None).unwrap();
         assert_eq!(local, Backend::Redis(DEFAULT_URL.into()));
+    }
+
+    #[test]
+    fn a_sentinel_url_is_one_redis_backend() {
+        let url = "redis+sentinel://a:26379,b:26379/locks";
+        let sentinel = Backend::from_urls(&urls(&[url]), None).unwrap();
+        assert_eq!(sentinel, Backend::Redis(url.into()));
     }
 
     #[test]

@@ -56,7 +56,9 @@ const ELECT_HELP: &str = concat!(
     exit_statuses!()
 );
 
-const URL_HELP: &str = "Backend: redis://, rediss://, unix:// (Redis); several --url (a quorum of \
+const URL_HELP: &str =
+    "Backend: redis://, rediss://, unix:// (Redis), redis+sentinel://SENTINEL,…/MASTER \
+     (Redis behind Sentinel); several --url (a quorum of \
      Redis servers); gs://BUCKET/PREFIX (Google Cloud Storage, object PREFIX/NAME). \
      Default: $LOCKYARD_URL, then redis://127.0.0.1:6379/0";
 

@@ -23,7 +23,7 @@ module Lockyard
     class Lock
       include Lockyard::Synchronize
 
-      # @param url [String] redis://, rediss:// or unix:// URL
+      # @param url [String] redis://, rediss://, unix:// or redis+sentinel:// URL (see the README)
       # @param name [String] the lock's name; holders of the same name exclude each other
       # @param ttl [Numeric, nil] how long the lock outlives its holder's last refresh
       #   (default 30; a lock under a session has none of its own)
@@ -112,7 +112,7 @@ module Lockyard
     #     Lockyard::Redis.each_exclusive(url: url, names: tasks, session: session) { |task| run(task) }
     #   end
     class Session
-      # @param url [String] redis://, rediss:// or unix:// URL
+      # @param url [String] redis://, rediss://, unix:// or redis+sentinel:// URL (see the README)
       # @param ttl [Numeric] how long the session outlives its last renewal (at least 0.01)
       # @param behavior [String] what the session's end does to its locks' values:
       #   "release" keeps each readable by {Redis.holder} until the name is taken again

@@ -83,7 +83,7 @@ impl RwLockBuilder {
     ///
     /// # Errors
     /// [`Error::Config`] for no URLs, more than 32, the same server twice,
-    /// an unparsable URL, an empty name, or a lease that cannot be kept alive.
+    /// an unparsable URL, a Sentinel URL, an empty name, or a lease that cannot be kept alive.
     pub fn build(self) -> Result<RwLock> {
         let connect_timeout = self.lease.connect_timeout()?;
         limits::wait(self.timeout)?;
@@ -91,6 +91,14 @@ impl RwLockBuilder {
         let mut nodes: Vec<Arc<dyn NetLocker>> = Vec::with_capacity(self.urls.len());
         for url in &self.urls {
             let server = server(url, connect_timeout)?;
+            if server.follows_sentinels() {
+                // Its fencing and failover rules are the Redis Lock's; a
+                // quorum's nodes are independent servers that never fail over.
+                return Err(Error::config(format!(
+                    "{}: a quorum lock takes independent Redis servers, not Sentinel URLs",
+                    server.name
+                )));
+            }
             let node = Arc::new(RedisNode::new(server, request_timeout));
             if nodes.iter().any(|seen| seen.name() == node.name()) {
                 return Err(Error::config(format!(

@@ -75,7 +75,7 @@ impl LockState {
 pub fn inspect(url: &str, name: &str) -> Result<LockState> {
     let (route, keys) = target(url, name)?;
     let reply: Vec<String> = route.run("inspect", COMMAND_TIMEOUT, |conn| {
-        prepare(&STATE, &keys, 1).invoke(conn)
+        prepare(&STATE, &keys, 1, conn.fence_base()).invoke(conn)
     })?;
     parse_state(&reply).ok_or_else(|| {
         Error::backend(
@@ -99,7 +99,7 @@ pub fn inspect(url: &str, name: &str) -> Result<LockState> {
 pub fn force_release(url: &str, name: &str) -> Result<u32> {
     let (route, keys) = target(url, name)?;
     route.run("force_release", COMMAND_TIMEOUT, |conn| {
-        prepare(&FORCE_RELEASE, &keys, 1).invoke::<u32>(conn)
+        prepare(&FORCE_RELEASE, &keys, 1, conn.fence_base()).invoke::<u32>(conn)
     })
 }
 

@@ -33,6 +33,9 @@ pub(crate) enum Failure {
     Unreachable(Error),
     /// Sent, but the connection failed or went silent before the answer.
     Broken(Error),
+    /// READONLY: the node is a replica now (a master that failed over and
+    /// came back). Nothing was written: the request may go elsewhere.
+    ReadOnly(Error),
     Fatal(Error),
 }
 
@@ -45,6 +48,8 @@ impl Failure {
             Failure::Unsettled(Error::redis(server, operation, e))
         } else if is_broken_connection(&e) {
             Failure::Broken(Error::redis(server, operation, e))
+        } else if e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+            Failure::ReadOnly(Error::redis(server, operation, e))
         } else {
             Failure::Fatal(Error::redis(server, operation, e))
         }

@@ -98,11 +98,16 @@ fn take_up(s: &Slots, token: &str, refresher: &str, valid_until: Stamp) -> Resul
         // outlast it.
         let window = valid_until.left().max(Duration::from_millis(100));
         let outcome = s.route.run("refresh", window, |conn| {
-            prepare(&SCRIPTS.refresh, &s.keys, s.shape.limit())
-                .arg(token)
-                .arg(s.lease.ttl_ms())
-                .arg(refresher)
-                .invoke(conn)
+            prepare(
+                &SCRIPTS.refresh,
+                &s.keys,
+                s.shape.limit(),
+                conn.fence_base(),
+            )
+            .arg(token)
+            .arg(s.lease.ttl_ms())
+            .arg(refresher)
+            .invoke(conn)
         });
         match outcome {
             Err(e) => {

@@ -12,6 +12,7 @@ mod lock;
 mod route;
 mod scripts;
 mod semaphore;
+mod sentinel;
 mod server;
 mod session;
 mod slots;

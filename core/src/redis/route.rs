@@ -1,19 +1,19 @@
 //! The way to the node that serves one lock's keys: Cluster redirects
-//! followed, TRYAGAIN waited out, a failed-over node replaced, for
-//! callers' requests and for background refreshes alike.
+//! followed, TRYAGAIN waited out, a failed-over node replaced (a Cluster
+//! node, or the master behind Sentinel), for callers' requests and for
+//! background refreshes alike.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
-    Cmd, Connection, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind,
-    Value,
+    Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
 use super::caller::Caller;
 use super::failure::{Failure, OnSignal};
-use super::server::Server;
+use super::server::{NodeConnection, Server};
 use crate::error::{Error, Result};
 
 /// How many nodes one request may visit (redirects and the seed fallback).
@@ -36,11 +36,13 @@ pub(crate) struct Route {
     current: Mutex<Arc<Server>>,
 }
 
-/// How far one request got: TRYAGAINs waited out, other nodes tried.
+/// How far one request got: TRYAGAINs waited out, other nodes tried, the
+/// sentinels asked again.
 #[derive(Default)]
 struct Progress {
     unsettled: u32,
     peers_tried: usize,
+    rediscovered: bool,
 }
 
 /// What one hop of a request came to, for the route to decide the next.
@@ -96,14 +98,21 @@ impl Route {
                 Ok(Next::Pause(UNSETTLED_PAUSE * progress.unsettled.min(10), e))
             }
             // The seed itself is gone (it failed over): any other node of
-            // its Cluster knows who serves the slot now.
-            Failure::Unreachable(e) if Arc::ptr_eq(server, &self.seed) => {
-                self.other_node(progress).ok_or(e)
-            }
+            // its Cluster knows who serves the slot now; behind Sentinel,
+            // the sentinels know the new master.
+            Failure::Unreachable(e) if Arc::ptr_eq(server, &self.seed) => self
+                .other_node(progress)
+                .or_else(|| self.rediscover(progress))
+                .ok_or(e),
             Failure::Broken(e) if Arc::ptr_eq(server, &self.seed) => match resendable {
-                true => self.other_node(progress).ok_or(e),
+                true => self
+                    .other_node(progress)
+                    .or_else(|| self.rediscover(progress))
+                    .ok_or(e),
                 false => Err(e),
             },
+            // A replica refused a write before making it: safe to send on.
+            Failure::ReadOnly(e) => self.rediscover(progress).ok_or(e),
             // The node may be gone for good (a master failed over): the
             // seed knows who serves the slot now, for this request if it
             // was never sent or can be sent again, for the next one anyway.
@@ -123,6 +132,17 @@ impl Route {
             }
             Failure::Fatal(e) => Err(e),
         }
+    }
+
+    /// Behind Sentinel, the seed once more: the server forgot the master
+    /// that failed, so it asks the sentinels for the new one. Once per
+    /// request: a failover still under way is not waited out here.
+    fn rediscover(&self, progress: &mut Progress) -> Option<Next> {
+        if !self.seed.follows_sentinels() || progress.rediscovered {
+            return None;
+        }
+        progress.rediscovered = true;
+        Some(Next::Hop(self.seed.clone(), false))
     }
 
     /// The next node of the seed's Cluster this request has not tried.
@@ -149,7 +169,7 @@ impl Route {
         &self,
         operation: &str,
         read_timeout: Duration,
-        request: impl FnMut(&mut Connection) -> RedisResult<T>,
+        request: impl FnMut(&mut NodeConnection) -> RedisResult<T>,
     ) -> Result<T> {
         self.run_for(&Caller::patient(), operation, read_timeout, request)
     }
@@ -162,7 +182,7 @@ impl Route {
         caller: &Caller,
         operation: &str,
         read_timeout: Duration,
-        request: impl FnMut(&mut Connection) -> RedisResult<T>,
+        request: impl FnMut(&mut NodeConnection) -> RedisResult<T>,
     ) -> Result<T> {
         let value =
             self.run_or_signal(caller, operation, read_timeout, OnSignal::Repeat, request)?;
@@ -179,7 +199,7 @@ impl Route {
         operation: &str,
         read_timeout: Duration,
         on_signal: OnSignal,
-        mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
+        mut request: impl FnMut(&mut NodeConnection) -> RedisResult<T>,
     ) -> Result<Option<T>> {
         let started = Instant::now();
         let give_up_at = started + read_timeout;
@@ -247,7 +267,13 @@ impl Route {
         let (mut hops, mut progress) = (1, Progress::default());
         loop {
             let failure = match server
-                .in_background(operation, deadline, |conn| call(Link { conn, asking }))
+                .in_background(operation, deadline, |conn, fence_base| {
+                    call(Link {
+                        conn,
+                        asking,
+                        fence_base,
+                    })
+                })
                 .await
             {
                 Ok(value) => {
@@ -307,6 +333,14 @@ fn too_many_hops(server: &Server, operation: &str) -> Error {
 pub(crate) struct Link {
     conn: MultiplexedConnection,
     asking: bool,
+    fence_base: u64,
+}
+
+impl Link {
+    /// See [`NodeConnection::fence_base`].
+    pub(crate) fn fence_base(&self) -> u64 {
+        self.fence_base
+    }
 }
 
 impl ConnectionLike for Link {

@@ -40,12 +40,18 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 });
 
 /// An invocation with the keys and the arguments every script shares
-/// (ARGV[1] wake prefix, ARGV[2] limit); the caller appends its own.
-pub(crate) fn prepare<'a>(script: &'a Script, keys: &Keys, limit: u32) -> ScriptInvocation<'a> {
+/// (ARGV[1] wake prefix, ARGV[2] limit, ARGV[3] the fence base of the node
+/// the connection reaches); the caller appends its own.
+pub(crate) fn prepare<'a>(
+    script: &'a Script,
+    keys: &Keys,
+    limit: u32,
+    fence_base: u64,
+) -> ScriptInvocation<'a> {
     let mut invocation = script.prepare_invoke();
     for key in keys.all() {
         invocation.key(key);
     }
-    invocation.arg(&keys.wake_prefix).arg(limit);
+    invocation.arg(&keys.wake_prefix).arg(limit).arg(fence_base);
     invocation
 }

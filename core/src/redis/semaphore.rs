@@ -197,14 +197,19 @@ impl Semaphore {
         let reply: Vec<i64> = s
             .route
             .run_for(caller, "acquire", COMMAND_TIMEOUT, |conn| {
-                prepare(&SCRIPTS.acquire, &s.keys, s.shape.limit())
-                    .arg(token)
-                    .arg(s.lease.ttl_ms())
-                    .arg(waiter_lease.as_millis() as u64)
-                    .arg(WAITER_LEASE.as_millis() as u64)
-                    .arg(meta)
-                    .arg(s.shape.kind())
-                    .invoke(conn)
+                prepare(
+                    &SCRIPTS.acquire,
+                    &s.keys,
+                    s.shape.limit(),
+                    conn.fence_base(),
+                )
+                .arg(token)
+                .arg(s.lease.ttl_ms())
+                .arg(waiter_lease.as_millis() as u64)
+                .arg(WAITER_LEASE.as_millis() as u64)
+                .arg(meta)
+                .arg(s.shape.kind())
+                .invoke(conn)
             })?;
         let [granted, fence, deadline_ms, now_ms] = reply[..] else {
             return Err(self.slots.protocol_error("acquire"));
@@ -303,7 +308,7 @@ impl Semaphore {
         let refresher = random_hex(16);
         let sent = Stamp::now();
         let reply: Vec<i64> = s.route.run("adopt", COMMAND_TIMEOUT, |conn| {
-            prepare(&SCRIPTS.adopt, &s.keys, s.shape.limit())
+            prepare(&SCRIPTS.adopt, &s.keys, s.shape.limit(), conn.fence_base())
                 .arg(token)
                 .arg(s.lease.ttl_ms())
                 .arg(&refresher)
@@ -379,7 +384,7 @@ impl Semaphore {
         let s = &self.slots;
         loop {
             let idle: i64 = s.route.run_for(caller, "wait", COMMAND_TIMEOUT, |conn| {
-                prepare(&SCRIPTS.watch, &s.keys, s.shape.limit())
+                prepare(&SCRIPTS.watch, &s.keys, s.shape.limit(), conn.fence_base())
                     .arg(watcher)
                     .arg(WAITER_LEASE.as_millis() as u64)
                     .invoke(conn)

@@ -2,7 +2,8 @@
 //! thread over pooled blocking connections (no thread hop on the hot path);
 //! background refreshes use one multiplexed async connection per server.
 //! Both are per process: a forked child never writes to a socket it
-//! inherited from its parent.
+//! inherited from its parent. A server behind Redis Sentinel follows its
+//! master through failovers (see [`super::sentinel`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,14 +11,18 @@ use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Client, Connection, ConnectionAddr, ErrorKind, RedisError, RedisResult,
-    Value,
-};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError, RedisResult};
 
 use super::caller::{Caller, LEAST_TIME};
 use super::failure::{interrupted_by_signal, is_cluster_reply, Failure, OnSignal};
+use super::sentinel::{Discovery, Node, Sentinels};
 use crate::error::{Error, Result};
+
+mod peers;
+mod target;
+
+pub(crate) use target::NodeConnection;
+use target::Target;
 
 const MAX_IDLE: usize = 16;
 
@@ -28,12 +33,13 @@ const MAX_INTERRUPTIONS: u32 = 100;
 pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) struct Server {
-    client: Client,
-    /// `host:port` or the socket path, for error messages.
+    target: Target,
+    /// `host:port` or the socket path (`master@sentinel,…` behind
+    /// Sentinel), for error messages.
     pub(crate) name: String,
     connect_timeout: Duration,
-    idle: Mutex<(u32, Vec<Connection>)>,
-    background: Mutex<Option<(u32, MultiplexedConnection)>>,
+    idle: Mutex<(u32, Vec<NodeConnection>)>,
+    background: Mutex<Option<(u32, Arc<Node>, MultiplexedConnection)>>,
     /// The other nodes of this server's Cluster (`host:port`), learned once
     /// while it answers, so that a route can still find its slot after this
     /// node itself failed over; empty when it is not in a Cluster.
@@ -52,15 +58,22 @@ type Registry = Mutex<HashMap<(String, Duration), Arc<Server>>>;
 static SERVERS: LazyLock<Registry> = LazyLock::new(Default::default);
 
 /// Checks a URL the way users write them (`redis://`, `rediss://`,
-/// `unix://`, `redis+unix://`, user:password, db) and returns its server.
+/// `unix://`, `redis+unix://`, `redis+sentinel://`, `rediss+sentinel://`,
+/// user:password, db) and returns its server.
 pub(crate) fn server(url: &str, connect_timeout: Duration) -> Result<Arc<Server>> {
     let key = (url.to_owned(), connect_timeout);
     if let Some(server) = registry().get(&key) {
         return Ok(server.clone());
     }
-    let client = Client::open(url)
-        .map_err(|e| Error::config(format!("unparsable Redis URL {:?}: {e}", redact(url))))?;
-    let server = Arc::new(Server::new(client, connect_timeout));
+    let server = match Sentinels::parse(url)? {
+        Some(sentinels) => Arc::new(Server::following(sentinels, connect_timeout)),
+        None => {
+            let client = Client::open(url).map_err(|e| {
+                Error::config(format!("unparsable Redis URL {:?}: {e}", redact(url)))
+            })?;
+            Arc::new(Server::new(client, connect_timeout))
+        }
+    };
     registry().insert(key, server.clone());
     Ok(server)
 }
@@ -69,41 +82,72 @@ fn registry() -> std::sync::MutexGuard<'static, HashMap<(String, Duration), Arc<
     SERVERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The URL without its password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+/// The URL without its passwords (the user's, any `…password=` in the
+/// query), for messages.
+pub(crate) fn redact(url: &str) -> String {
+    let (url, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut redacted = match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***{}", &url[..scheme], &url[at..])
         }
         _ => url.to_owned(),
+    };
+    for (i, pair) in query.split('&').enumerate().filter(|_| !query.is_empty()) {
+        redacted.push(if i == 0 { '?' } else { '&' });
+        match pair.split_once('=') {
+            Some((key, _)) if key.contains("password") => redacted.push_str(&format!("{key}=***")),
+            _ => redacted.push_str(pair),
+        }
     }
+    redacted
+}
+
+/// `client`, sending no CLIENT SETINFO when it connects: its two replies
+/// would be read each with the whole connect timeout, which a caller's
+/// deadline cannot cut.
+pub(crate) fn without_lib_name(client: Client) -> Client {
+    let info = client.get_connection_info();
+    let quiet = info
+        .clone()
+        .set_redis_settings(info.redis_settings().clone().set_skip_set_lib_name());
+    Client::open(quiet).unwrap_or(client)
+}
+
+fn install_tls_provider() {
+    // rustls needs a process-wide crypto provider; a second install is a no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 impl Server {
     fn new(client: Client, connect_timeout: Duration) -> Self {
-        // No CLIENT SETINFO when connecting: its two replies would be read
-        // each with the whole connect timeout, which a caller's deadline
-        // cannot cut.
-        let client = Client::open(
-            client.get_connection_info().clone().set_redis_settings(
-                client
-                    .get_connection_info()
-                    .redis_settings()
-                    .clone()
-                    .set_skip_set_lib_name(),
-            ),
-        )
-        .unwrap_or(client);
+        let client = without_lib_name(client);
         if matches!(
             client.get_connection_info().addr(),
             ConnectionAddr::TcpTls { .. }
         ) {
-            // rustls needs a process-wide crypto provider; a second install is a no-op.
-            let _ = rustls::crypto::ring::default_provider().install_default();
+            install_tls_provider();
         }
+        let name = client.get_connection_info().addr().to_string();
+        Server::with(
+            Target::Fixed(Arc::new(Node::fixed(client))),
+            name,
+            connect_timeout,
+        )
+    }
+
+    fn following(sentinels: Sentinels, connect_timeout: Duration) -> Self {
+        if sentinels.tls() {
+            install_tls_provider();
+        }
+        let name = sentinels.name();
+        let discovery = Discovery::new(sentinels, connect_timeout);
+        Server::with(Target::Sentinel(Arc::new(discovery)), name, connect_timeout)
+    }
+
+    fn with(target: Target, name: String, connect_timeout: Duration) -> Self {
         Server {
-            name: client.get_connection_info().addr().to_string(),
-            client,
+            target,
+            name,
             connect_timeout,
             idle: Mutex::new((std::process::id(), Vec::new())),
             background: Mutex::new(None),
@@ -113,10 +157,16 @@ impl Server {
     }
 
     /// `host:port/db`: which data set this URL reaches, however written.
+    /// (The quorum lock, its only user, refuses Sentinel URLs.)
     #[cfg(feature = "quorum")]
     pub(crate) fn address(&self) -> String {
-        let info = self.client.get_connection_info();
-        format!("{}/{}", info.addr(), info.redis_settings().db())
+        match &self.target {
+            Target::Fixed(node) => {
+                let info = node.client.get_connection_info();
+                format!("{}/{}", info.addr(), info.redis_settings().db())
+            }
+            Target::Sentinel(_) => self.name.clone(),
+        }
     }
 
     /// The same server settings (auth, db, TLS) at another address: where a
@@ -128,7 +178,14 @@ impl Server {
             .ok_or_else(|| {
                 Error::backend(&self.name, "redirect", format!("bad address {addr:?}"))
             })?;
-        let info = self.client.get_connection_info().clone();
+        let Target::Fixed(node) = &self.target else {
+            return Err(Error::backend(
+                &self.name,
+                "redirect",
+                format!("a Sentinel-managed master sent a Cluster redirect to {addr}"),
+            ));
+        };
+        let info = node.client.get_connection_info().clone();
         let addr = match info.addr() {
             ConnectionAddr::TcpTls {
                 insecure,
@@ -156,8 +213,14 @@ impl Server {
     }
 
     /// A pooled connection (true), or a new one; connecting is cut to the
-    /// caller's deadline and ended by its interrupt.
-    fn checkout(&self, caller: &Caller) -> std::result::Result<(Connection, bool), Failure> {
+    /// caller's deadline and ended by its interrupt. `after_stale`: a
+    /// pooled one just turned out dead, and may have carried the request.
+    fn checkout(
+        &self,
+        caller: &Caller,
+        after_stale: bool,
+    ) -> std::result::Result<(NodeConnection, bool), Failure> {
+        let mut pooled = None;
         {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             let pid = std::process::id();
@@ -165,15 +228,37 @@ impl Server {
                 // Inherited from the parent: closing our copies is harmless to it.
                 *idle = (pid, Vec::new());
             }
-            if let Some(conn) = idle.1.pop() {
-                return Ok((conn, true));
+            while let Some(conn) = idle.1.pop() {
+                if self.is_current(&conn.node) {
+                    pooled = Some(conn);
+                    break;
+                }
+                // A connection to a master that failed over closes here.
             }
         }
+        // Asked outside the pool's lock: it may ask the sentinels.
+        if let Some(conn) = pooled.filter(|conn| self.still_master(&conn.node, caller.give_up_at()))
+        {
+            return Ok((conn, true));
+        }
+        // No master found: asking the sentinels again at once would only
+        // double the wait for the same answer.
+        let node = self
+            .node(caller.give_up_at())
+            .map_err(|e| match caller.is_late() {
+                true => Failure::Late,
+                false => Failure::Fatal(e),
+            })?;
+        let unreachable = |e| match after_stale {
+            // The dead connection may have carried the request after all.
+            true => Failure::Broken(self.error("connect", e)),
+            false => Failure::Unreachable(self.error("connect", e)),
+        };
         let mut interruptions = 0;
         let conn = loop {
             let started = Instant::now();
             let timeout = caller.read_timeout(self.connect_timeout, self.least_time());
-            match self.client.get_connection_with_timeout(timeout) {
+            match node.client.get_connection_with_timeout(timeout) {
                 Ok(conn) => {
                     if self.round_trip_us.load(Ordering::Relaxed) == 0 {
                         self.took(started.elapsed());
@@ -188,12 +273,15 @@ impl Server {
                     interruptions += 1;
                 }
                 Err(_) if caller.is_late() => return Err(Failure::Late),
-                Err(e) => return Err(Failure::Unreachable(self.error("connect", e))),
+                Err(e) => {
+                    self.forget(&node);
+                    return Err(unreachable(e));
+                }
             }
         };
         conn.set_write_timeout(Some(COMMAND_TIMEOUT))
-            .map_err(|e| Failure::Unreachable(self.error("connect", e)))?;
-        Ok((conn, false))
+            .map_err(unreachable)?;
+        Ok((NodeConnection { conn, node }, false))
     }
 
     /// Folds one round trip into the smoothed one (as TCP's SRTT, 1/8).
@@ -220,9 +308,9 @@ impl Server {
         }
     }
 
-    fn checkin(&self, conn: Connection) {
+    fn checkin(&self, conn: NodeConnection) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.0 == std::process::id() && idle.1.len() < MAX_IDLE {
+        if idle.0 == std::process::id() && idle.1.len() < MAX_IDLE && self.is_current(&conn.node) {
             idle.1.push(conn);
         }
     }
@@ -242,17 +330,14 @@ impl Server {
         read_timeout: Duration,
         caller: &Caller,
         on_signal: OnSignal,
-        mut request: impl FnMut(&mut Connection) -> RedisResult<T>,
+        mut request: impl FnMut(&mut NodeConnection) -> RedisResult<T>,
     ) -> std::result::Result<T, Failure> {
         let mut stale_retried = false;
         let mut interruptions = 0;
         loop {
-            let (mut conn, pooled) = self.checkout(caller).map_err(|failure| match failure {
-                // The dead connection may have carried the request after all.
-                Failure::Unreachable(e) if stale_retried => Failure::Broken(e),
-                failure => failure,
-            })?;
-            conn.set_read_timeout(Some(caller.read_timeout(read_timeout, self.least_time())))
+            let (mut conn, pooled) = self.checkout(caller, stale_retried)?;
+            conn.conn
+                .set_read_timeout(Some(caller.read_timeout(read_timeout, self.least_time())))
                 .map_err(|e| Failure::Fatal(self.error(operation, e)))?;
             let sent = Instant::now();
             match request(&mut conn) {
@@ -280,9 +365,18 @@ impl Server {
                 },
                 Err(e) if caller.is_late() && e.is_timeout() => return Err(Failure::Late),
                 Err(e) if pooled && !stale_retried && e.is_connection_dropped() => {
+                    // The master may have died: its other pooled
+                    // connections go too.
+                    self.forget(&conn.node);
                     stale_retried = true;
                 }
-                Err(e) => return Err(Failure::of(&self.name, operation, e)),
+                Err(e) => {
+                    let failure = Failure::of(&self.name, operation, e);
+                    if matches!(failure, Failure::Broken(_) | Failure::ReadOnly(_)) {
+                        self.forget(&conn.node);
+                    }
+                    return Err(failure);
+                }
             }
             if caller.is_late() {
                 return Err(Failure::Late);
@@ -292,27 +386,39 @@ impl Server {
 
     /// The connection background refreshes use, created on first need.
     pub(crate) async fn background(&self) -> Result<MultiplexedConnection> {
+        Ok(self.background_node().await?.1)
+    }
+
+    /// [`Server::background`], and the node it reaches.
+    async fn background_node(&self) -> Result<(Arc<Node>, MultiplexedConnection)> {
         let pid = std::process::id();
-        if let Some((owner, conn)) = self
+        let cached = self
             .background
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-        {
-            if *owner == pid {
-                return Ok(conn.clone());
+            .filter(|(owner, node, _)| *owner == pid && self.is_current(node))
+            .map(|(_, node, conn)| (node.clone(), conn.clone()));
+        if let Some((node, conn)) = cached {
+            if self.still_master_in_background(&node).await {
+                return Ok((node, conn));
             }
         }
+        let node = self.node_in_background().await?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(COMMAND_TIMEOUT));
-        let conn = self
+        let conn = node
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(|e| self.error("connect", e))?;
-        *self.background.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, conn.clone()));
-        Ok(conn)
+            .map_err(|e| {
+                self.forget(&node);
+                self.error("connect", e)
+            })?;
+        *self.background.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((pid, node.clone(), conn.clone()));
+        Ok((node, conn))
     }
 
     /// Runs `call` on the background connection, giving up at `deadline`.
@@ -324,14 +430,14 @@ impl Server {
         &self,
         operation: &str,
         deadline: Instant,
-        call: impl FnOnce(MultiplexedConnection) -> F,
+        call: impl FnOnce(MultiplexedConnection, u64) -> F,
     ) -> std::result::Result<T, Failure>
     where
         F: std::future::Future<Output = RedisResult<T>>,
     {
         let outcome = tokio::time::timeout_at(deadline.into(), async {
-            let conn = self.background().await.map_err(Failure::Unreachable)?;
-            call(conn)
+            let (node, conn) = self.background_node().await.map_err(Failure::Unreachable)?;
+            call(conn, node.fence_base)
                 .await
                 .map_err(|e| Failure::of(&self.name, operation, e))
         })
@@ -345,111 +451,32 @@ impl Server {
         });
         if matches!(
             outcome,
-            Err(Failure::Unreachable(_) | Failure::Broken(_) | Failure::Fatal(_))
+            Err(Failure::Unreachable(_)
+                | Failure::Broken(_)
+                | Failure::ReadOnly(_)
+                | Failure::Fatal(_))
         ) {
             self.drop_background();
         }
         outcome
     }
 
-    /// Lock-free: every successful call asks it.
-    fn knows_peers(&self) -> bool {
-        self.peers.get().is_some()
-    }
-
-    /// Learns the other nodes of this server's Cluster (CLUSTER SLOTS;
-    /// a server not in a Cluster refuses it) from the first call through it
-    /// that succeeds, once per server and process. Best effort: a failure
-    /// leaves it for the next call.
-    pub(crate) fn learn_peers(&self) {
-        if self.knows_peers() {
-            return;
-        }
-        let asked = self.run(
-            "cluster slots",
-            COMMAND_TIMEOUT,
-            &Caller::patient(),
-            OnSignal::Report,
-            |conn| Ok(redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(conn)),
-        );
-        if let Ok(slots) = asked {
-            self.know_peers(slots);
-        }
-    }
-
-    /// [`Server::learn_peers`] for background calls, before `deadline`.
-    pub(crate) async fn learn_peers_in_background(&self, deadline: Instant) {
-        if self.knows_peers() {
-            return;
-        }
-        let asked = tokio::time::timeout_at(deadline.into(), async {
-            let mut conn = self.background().await.ok()?;
-            Some(
-                redis::cmd("CLUSTER")
-                    .arg("SLOTS")
-                    .query_async::<Value>(&mut conn)
-                    .await,
-            )
-        })
-        .await;
-        if let Ok(Some(slots)) = asked {
-            self.know_peers(slots);
-        }
-    }
-
-    fn know_peers(&self, slots: RedisResult<Value>) {
-        let learned = match slots {
-            Ok(slots) => node_addresses(&slots, &self.name),
-            // An error reply (cluster support disabled, no permission): the
-            // server answers, and asking again would only cost a round trip.
-            Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => Vec::new(),
-            Err(_) => return,
-        };
-        // Two calls may learn at once; either list will do.
-        let _ = self.peers.set(learned);
-    }
-
-    /// The `index`-th other node of this server's Cluster, if known.
-    pub(crate) fn peer(&self, index: usize) -> Option<String> {
-        self.peers.get()?.get(index).cloned()
-    }
-
-    /// Forgets a background connection that failed, so the next use reconnects.
+    /// Forgets a background connection that failed, so the next use
+    /// reconnects (behind Sentinel, to the master the sentinels name then).
     pub(crate) fn drop_background(&self) {
-        self.background
+        let dropped = self
+            .background
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        if let Some((_, node, _)) = dropped {
+            self.forget(&node);
+        }
     }
 
     pub(crate) fn error(&self, operation: &str, e: RedisError) -> Error {
         Error::redis(&self.name, operation, e)
     }
-}
-
-/// Every node (`host:port`, masters and replicas) in a CLUSTER SLOTS
-/// reply but `own`.
-fn node_addresses(slots: &Value, own: &str) -> Vec<String> {
-    let text = |v: &Value| redis::from_redis_value_ref::<String>(v).ok();
-    let mut nodes = Vec::new();
-    let Value::Array(ranges) = slots else {
-        return nodes;
-    };
-    for range in ranges {
-        let Value::Array(items) = range else { continue };
-        for node in items.iter().skip(2) {
-            let Value::Array(node) = node else { continue };
-            let (Some(host), Some(Value::Int(port))) = (node.first().and_then(text), node.get(1))
-            else {
-                continue;
-            };
-            let address = format!("{host}:{port}");
-            if !host.is_empty() && address != own && !nodes.contains(&address) {
-                nodes.push(address);
-            }
-        }
-    }
-    nodes
 }
 
 #[cfg(test)]
@@ -480,5 +507,11 @@ mod tests {
     #[test]
     fn passwords_never_reach_messages() {
         assert_eq!(redact("redis://u:pw@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(
+            redact(
+                "redis+sentinel://u:pw@h/m?sentinel_password=s@x&sentinel_username=u&password=p"
+            ),
+            "redis+sentinel://***@h/m?sentinel_password=***&sentinel_username=u&password=***"
+        );
     }
 }

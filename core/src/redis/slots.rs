@@ -138,10 +138,15 @@ impl Slots {
         match self
             .route
             .run_for(&caller, "cancel", COMMAND_TIMEOUT, |conn| {
-                prepare(&SCRIPTS.cancel, &self.keys, self.shape.limit())
-                    .arg(token)
-                    .arg(tombstone_ms)
-                    .invoke::<i64>(conn)
+                prepare(
+                    &SCRIPTS.cancel,
+                    &self.keys,
+                    self.shape.limit(),
+                    conn.fence_base(),
+                )
+                .arg(token)
+                .arg(tombstone_ms)
+                .invoke::<i64>(conn)
             }) {
             Err(e) if e.is_transient() || matches!(e, Error::Timeout { .. }) => {
                 self.leave_in_background(token.to_owned(), tombstone_ms);
@@ -187,11 +192,16 @@ impl Slots {
                 let cancelled = slots
                     .route
                     .in_background("cancel", timeout, |mut conn| async move {
-                        prepare(&SCRIPTS.cancel, &slots.keys, slots.shape.limit())
-                            .arg(token)
-                            .arg(tombstone_ms)
-                            .invoke_async::<i64>(&mut conn)
-                            .await
+                        prepare(
+                            &SCRIPTS.cancel,
+                            &slots.keys,
+                            slots.shape.limit(),
+                            conn.fence_base(),
+                        )
+                        .arg(token)
+                        .arg(tombstone_ms)
+                        .invoke_async::<i64>(&mut conn)
+                        .await
                     })
                     .await;
                 if !cancelled.is_err_and(|e| e.is_transient()) {
@@ -216,9 +226,14 @@ impl Slots {
                 COMMAND_TIMEOUT,
                 OnSignal::Report,
                 |conn| {
-                    prepare(&SCRIPTS.release, &self.keys, self.shape.limit())
-                        .arg(token)
-                        .invoke::<i64>(conn)
+                    prepare(
+                        &SCRIPTS.release,
+                        &self.keys,
+                        self.shape.limit(),
+                        conn.fence_base(),
+                    )
+                    .arg(token)
+                    .invoke::<i64>(conn)
                 },
             )?;
             match released {
@@ -232,9 +247,14 @@ impl Slots {
     /// Live holders, and whether `token` (if given) is one of them.
     pub(crate) fn inspect(&self, token: Option<&str>) -> Result<(u32, bool)> {
         let reply: Vec<i64> = self.route.run("inspect", COMMAND_TIMEOUT, |conn| {
-            prepare(&SCRIPTS.inspect, &self.keys, self.shape.limit())
-                .arg(token.unwrap_or(""))
-                .invoke(conn)
+            prepare(
+                &SCRIPTS.inspect,
+                &self.keys,
+                self.shape.limit(),
+                conn.fence_base(),
+            )
+            .arg(token.unwrap_or(""))
+            .invoke(conn)
         })?;
         match reply[..] {
             [count, mine] => Ok((count as u32, mine == 1)),
@@ -247,7 +267,13 @@ impl Slots {
         let (held, value, fence, last_term): (i64, String, u64, String) =
             self.route
                 .run_for(caller, "holder", COMMAND_TIMEOUT, |conn| {
-                    prepare(&SCRIPTS.holder, &self.keys, self.shape.limit()).invoke(conn)
+                    prepare(
+                        &SCRIPTS.holder,
+                        &self.keys,
+                        self.shape.limit(),
+                        conn.fence_base(),
+                    )
+                    .invoke(conn)
                 })?;
         Ok(HolderState {
             held: held == 1,
@@ -267,12 +293,17 @@ impl Slots {
                 "refresh",
                 self.lease.background_timeout(),
                 |mut conn| async move {
-                    prepare(&SCRIPTS.refresh, &self.keys, self.shape.limit())
-                        .arg(token)
-                        .arg(self.lease.ttl_ms())
-                        .arg(refresher)
-                        .invoke_async(&mut conn)
-                        .await
+                    prepare(
+                        &SCRIPTS.refresh,
+                        &self.keys,
+                        self.shape.limit(),
+                        conn.fence_base(),
+                    )
+                    .arg(token)
+                    .arg(self.lease.ttl_ms())
+                    .arg(refresher)
+                    .invoke_async(&mut conn)
+                    .await
                 },
             )
             .await?;

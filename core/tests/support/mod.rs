@@ -35,8 +35,63 @@ impl RedisServer {
     }
 
     fn start_on(port: u16) -> RedisServer {
+        RedisServer::start_as(port, redis_server)
+    }
+
+    /// A replica of the server on `master_port`.
+    /// A server that asks clients for `password` (AUTH).
+    pub fn with_password(password: &str) -> RedisServer {
+        RedisServer::start_as(free_port(), |port, dir| {
+            let mut command = redis_server(port, dir);
+            command.args(["--requirepass", password]);
+            command
+        })
+    }
+
+    pub fn replica_of(master_port: u16) -> RedisServer {
+        RedisServer::start_as(free_port(), |port, dir| {
+            let mut command = redis_server(port, dir);
+            command.args(["--replicaof", "127.0.0.1", &master_port.to_string()]);
+            command
+        })
+    }
+
+    /// A sentinel (`redis-server --sentinel`) watching the master on
+    /// `master_port` as `SENTINEL_MASTER`, with timings short enough for a
+    /// failover to take a few seconds (but not so short that a master
+    /// slowed by a busy machine is failed over by mistake).
+    pub fn sentinel(master_port: u16) -> RedisServer {
+        RedisServer::sentinel_with(master_port, 2, "")
+    }
+
+    /// [`RedisServer::sentinel`] with `quorum` and more configuration
+    /// lines (passwords).
+    pub fn sentinel_with(master_port: u16, quorum: u32, more: &str) -> RedisServer {
+        RedisServer::start_as(free_port(), |port, dir| {
+            let config = dir.0.join("sentinel.conf");
+            std::fs::write(
+                &config,
+                format!(
+                    "port {port}\nbind 127.0.0.1\n\
+                     sentinel monitor {SENTINEL_MASTER} 127.0.0.1 {master_port} {quorum}\n\
+                     sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
+                     sentinel failover-timeout {SENTINEL_MASTER} 2000\n{more}"
+                ),
+            )
+            .unwrap();
+            let mut command = Command::new("redis-server");
+            command
+                .arg(&config)
+                .arg("--sentinel")
+                .current_dir(&dir.0)
+                .stdout(Stdio::null());
+            command
+        })
+    }
+
+    fn start_as(port: u16, command: impl Fn(u16, &TempDir) -> Command) -> RedisServer {
         let dir = TempDir::new();
-        let child = redis_server(port, &dir)
+        let child = command(port, &dir)
             .spawn()
             .expect("redis-server must be installed (scripts/setup installs it)");
         let server = RedisServer {
@@ -124,6 +179,162 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The master name sentinels started by [`RedisServer::sentinel`] watch.
+pub const SENTINEL_MASTER: &str = "locks";
+
+/// A master, its replica and three sentinels watching them, on free ports.
+pub struct SentinelSet {
+    pub master: RedisServer,
+    pub replica: RedisServer,
+    pub sentinels: Vec<RedisServer>,
+}
+
+impl SentinelSet {
+    /// Starts them all and waits until the sentinels know the replica and
+    /// each other (only then can they agree on a failover) and the replica
+    /// has caught up.
+    pub fn start() -> SentinelSet {
+        let master = RedisServer::start();
+        let replica = RedisServer::replica_of(master.port);
+        let sentinels: Vec<_> = (0..3).map(|_| RedisServer::sentinel(master.port)).collect();
+        let set = SentinelSet {
+            master,
+            replica,
+            sentinels,
+        };
+        eventually(
+            Duration::from_secs(20),
+            "the sentinels know each other",
+            || {
+                set.sentinels.iter().all(|sentinel| {
+                    let fields = sentinel.master_state();
+                    fields.get("num-other-sentinels").map(String::as_str) == Some("2")
+                        && fields.get("num-slaves").map(String::as_str) == Some("1")
+                })
+            },
+        );
+        set.wait_for_replica();
+        set
+    }
+
+    /// `redis+sentinel://` naming the three sentinels.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|sentinel| format!("127.0.0.1:{}", sentinel.port))
+            .collect();
+        format!("redis+sentinel://{}/{SENTINEL_MASTER}/0", hosts.join(","))
+    }
+
+    /// Waits until the replica has everything the master wrote. (WAIT
+    /// waits for its own connection's writes only: hence the write.)
+    pub fn wait_for_replica(&self) {
+        let mut master = self.master.raw().unwrap();
+        redis::cmd("SET")
+            .arg("test:replicated")
+            .arg(1)
+            .query::<()>(&mut master)
+            .unwrap();
+        eventually(Duration::from_secs(10), "the replica caught up", || {
+            redis::cmd("WAIT")
+                .arg(1)
+                .arg(100)
+                .query::<i64>(&mut master)
+                .unwrap()
+                == 1
+        });
+    }
+
+    /// From now on nothing the master writes reaches the replica: its
+    /// link is cut, and it may not sync again (no PSYNC/SYNC for it).
+    pub fn stop_replication(&self) {
+        let mut master = self.master.raw().unwrap();
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg("-psync")
+            .arg("-sync")
+            .query::<()>(&mut master)
+            .unwrap();
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .query::<i64>(&mut master)
+            .unwrap();
+    }
+
+    /// SIGKILLs the master and waits until the sentinels have promoted
+    /// the replica (all of them name it, and it says it is a master).
+    pub fn kill_master_and_wait_for_failover(&mut self) {
+        self.master.stop();
+        self.wait_for_promotion();
+    }
+
+    fn wait_for_promotion(&self) {
+        let promoted = self.replica.port.to_string();
+        eventually(Duration::from_secs(30), "the replica was promoted", || {
+            self.sentinels
+                .iter()
+                .all(|sentinel| sentinel.master_state().get("port") == Some(&promoted))
+                && self.replica.role() == "master"
+        });
+    }
+
+    /// SIGSTOPs the master, waits until the sentinels promoted the
+    /// replica, then lets the old master go on (SIGCONT): it answers as a
+    /// master, over the connections it had, until the sentinels get round
+    /// to demoting it (seconds). Swaps `master` and `replica`.
+    pub fn pause_master_through_a_failover(&mut self) {
+        self.master.signal("STOP");
+        self.wait_for_promotion();
+        self.master.signal("CONT");
+        std::mem::swap(&mut self.master, &mut self.replica);
+    }
+
+    /// The highest config epoch any sentinel knows for the master.
+    pub fn epoch(&self) -> u64 {
+        self.sentinels
+            .iter()
+            .filter_map(|sentinel| sentinel.master_state().get("config-epoch")?.parse().ok())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+impl RedisServer {
+    /// `SENTINEL MASTER` as field → value, on a sentinel (empty if it does
+    /// not answer).
+    fn master_state(&self) -> std::collections::HashMap<String, String> {
+        let Ok(mut conn) = self.raw() else {
+            return Default::default();
+        };
+        let fields: Vec<String> = redis::cmd("SENTINEL")
+            .arg("MASTER")
+            .arg(SENTINEL_MASTER)
+            .query(&mut conn)
+            .unwrap_or_default();
+        fields
+            .chunks(2)
+            .filter(|pair| pair.len() == 2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect()
+    }
+
+    /// "master" or "slave" ("" if it does not answer).
+    pub fn role(&self) -> String {
+        let Ok(mut conn) = self.raw() else {
+            return String::new();
+        };
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn).unwrap_or_default();
+        match role.first() {
+            Some(redis::Value::BulkString(role)) => String::from_utf8_lossy(role).into_owned(),
+            _ => String::new(),
+        }
     }
 }
 

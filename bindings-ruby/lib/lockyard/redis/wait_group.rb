@@ -29,7 +29,7 @@ module Lockyard
     # timeout at most 100 years (nil waits forever). Bad arguments raise
     # {Lockyard::ConfigError} before any network access.
     class WaitGroup
-      # @param url [String] redis://, rediss:// or unix:// URL
+      # @param url [String] redis://, rediss://, unix:// or redis+sentinel:// URL (see the README)
       # @param name [String] the group's name; groups of the same name share their slots
       # @param limit [Integer] how many slots may be held at once, at least 1
       # @param ttl [Numeric] how long a slot outlives its holder's last refresh

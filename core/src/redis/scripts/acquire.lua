@@ -1,15 +1,15 @@
--- acquire: take a slot for ARGV[3] if one is free and no live waiter is ahead;
--- otherwise queue it (unless ARGV[5] is 0: try once).
--- ARGV[3] token, ARGV[4] ttl ms, ARGV[5] waiter lease ms (0 = do not queue),
--- ARGV[6] handoff window ms, ARGV[7] the session binding of the grant (see
--- `bound` in the prelude; '' outside sessions), ARGV[8] the caller's kind
+-- acquire: take a slot for ARGV[4] if one is free and no live waiter is ahead;
+-- otherwise queue it (unless ARGV[6] is 0: try once).
+-- ARGV[4] token, ARGV[5] ttl ms, ARGV[6] waiter lease ms (0 = do not queue),
+-- ARGV[7] handoff window ms, ARGV[8] the session binding of the grant (see
+-- `bound` in the prelude; '' outside sessions), ARGV[9] the caller's kind
 -- (1 lock, 2 WaitGroup).
 -- Returns {1, fence, deadline ms, now ms} when granted,
 --         {0, 0, earliest holder deadline (or end of a lock_delay) ms, now ms} when not, or
 --         {-1, recorded kind, recorded limit, now ms} when the name is held or
 --         awaited as another kind or with another limit.
-local token, ttl_ms = ARGV[3], tonumber(ARGV[4])
-local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local token, ttl_ms = ARGV[4], tonumber(ARGV[5])
+local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 purge_expired()
 -- Its caller gave up on this request before it arrived (cancel.lua): it
 -- must neither queue nor be granted, or it would hold the name for
@@ -29,7 +29,7 @@ end
 -- The name is what its first holder or waiter said, until nobody holds or
 -- waits for it: a client with another limit would overfill it, and a lock
 -- and a WaitGroup of one name would share slots.
-local shape = ARGV[8] .. ' ' .. ARGV[2]
+local shape = ARGV[9] .. ' ' .. ARGV[2]
 forget_shape_if_idle()
 if recorded_shape and recorded_shape ~= shape then
   local kind, limit = string.match(recorded_shape, '^(%d+) (%d+)$')

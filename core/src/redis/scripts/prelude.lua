@@ -17,12 +17,15 @@
 --                  another process; absent while the process that took it keeps it
 -- ARGV[1] wake-key prefix (wake key of a waiter = prefix .. token; same hash tag)
 -- ARGV[2] limit (slots)
+-- ARGV[3] fence base: added to server time (us) where fencing tokens are
+--         seeded; 0 on a plain server, the failover epoch << 32 behind
+--         Sentinel (see next_fence)
 -- All deadlines come from this server's clock, never from a client's.
 redis.replicate_commands()
 local holders, grants, queue, leases, fence_key, watchers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local bound, delay_key, value_key, terms, shape_key = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local owners = KEYS[12]
-local wake_prefix, limit = ARGV[1], tonumber(ARGV[2])
+local wake_prefix, limit, fence_base = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 -- While anyone holds or waits, the name's limit is the one it was taken
 -- with, whatever this client was built with: only acquire may compare the
 -- two (and refuses a mismatch); every other script follows the record, so
@@ -140,10 +143,13 @@ local function purge_expired()
 end
 
 -- Seeded from server time, so tokens keep increasing even after the counter
--- key expired or Redis restarted without persistence.
+-- key expired or Redis restarted without persistence. Behind Sentinel the
+-- fence base adds the failover epoch, so that a promoted replica that missed
+-- the last increments still issues larger tokens than the old master did,
+-- even if its clock is somewhat behind the old master's.
 local function next_fence(lifetime_ms)
   local last = tonumber(redis.call('GET', fence_key) or '0')
-  local fence = math.max(last + 1, now_us)
+  local fence = math.max(last + 1, now_us + fence_base)
   redis.call('SET', fence_key, int(fence), 'PX', int(lifetime_ms + 3600000))
   return fence
 end

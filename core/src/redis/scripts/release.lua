@@ -1,7 +1,7 @@
--- release: give back ARGV[3]'s slot (compare-and-delete) and hand the freed
+-- release: give back ARGV[4]'s slot (compare-and-delete) and hand the freed
 -- slot to the first live waiter.
 -- Returns 1 if the slot was still ours, 0 if it had expired or been taken.
-local token = ARGV[3]
+local token = ARGV[4]
 purge_expired()
 local released = redis.call('ZREM', holders, token)
 if released == 1 then end_grant(token, nil) end
