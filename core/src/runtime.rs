@@ -51,6 +51,12 @@ where
     handle().spawn(future)
 }
 
+/// Runs `work`, which may block (a synchronous release), on the runtime's
+/// pool of blocking threads: for callers that must not wait for it.
+pub(crate) fn spawn_blocking(work: impl FnOnce() + Send + 'static) {
+    drop(handle().spawn_blocking(work));
+}
+
 /// Tasks spawned and not yet finished, on this process's runtime.
 #[cfg(feature = "quorum")]
 pub(crate) fn alive_tasks() -> usize {
