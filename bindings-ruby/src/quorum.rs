@@ -9,6 +9,7 @@ use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, 
 use crate::convert;
 use crate::errors::OrRaise;
 use crate::nogvl::NoGvl;
+use crate::thread_watch;
 
 #[magnus::wrap(class = "Lockyard::Quorum::RwLock", size)]
 pub(crate) struct RwLock {
@@ -75,7 +76,7 @@ impl RwLock {
     fn acquire(ruby: &Ruby, rb_self: &Self, write: bool, timeout: Value) -> Result<bool, Error> {
         let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
         let give_up_at = lockyard::limits::deadline(Instant::now(), timeout);
-        rb_self.core.blocking(ruby, |lock, interrupted| {
+        let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
             // A wait resumed after an interrupt that raised nothing keeps
             // its original deadline.
             let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
@@ -84,7 +85,8 @@ impl RwLock {
             } else {
                 lock.acquire_read_interruptibly(left, interrupted)
             }
-        })
+        });
+        thread_watch::granted(ruby, acquired)
     }
 
     fn release(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
@@ -124,5 +126,13 @@ impl RwLock {
             .core
             .nonblocking(ruby, |lock| lock.default_timeout())
             .map(|timeout| timeout.as_secs_f64())
+    }
+}
+
+impl Drop for RwLock {
+    /// Run by Ruby's garbage collector: releases in the background, so a
+    /// collection never waits on the servers.
+    fn drop(&mut self) {
+        self.core.freeing().release_all_in_background();
     }
 }

@@ -1,0 +1,122 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# What a Thread still holds when it dies is released, as Ruby unlocks a dead
+# Thread's Mutexes; a lock the garbage collector frees gives back what it
+# held without making the collection wait on the server.
+class ThreadDeathTest < Minitest::Test
+  include LockyardTest
+
+  # A hold kept by mistake is refreshed every 0.6 s, so none of the waits
+  # below (1.5 s) can be won by its lease running out.
+  LEASE = { ttl: 2, refresh_interval: 0.6 }.freeze
+
+  ENDINGS = {
+    returns: -> {},
+    raises: -> { raise "boom" },
+    is_killed: -> { Thread.current.kill }
+  }.freeze
+
+  def test_a_thread_that_dies_holding_a_lock_releases_it_with_a_warning
+    ENDINGS.each do |ending, die|
+      lock = new_lock(**LEASE)
+      _, warned = capture_io do
+        dying = Thread.new do
+          Thread.current.report_on_exception = false
+          lock.lock
+          die.call
+        end
+        begin
+          dying.join
+        rescue RuntimeError
+          nil
+        end
+        assert_operator seconds_to_take(lock.name), :<, 1, "a thread that #{ending}"
+      end
+      assert_match(/released lock "#{lock.name}": the thread holding it died/, warned)
+    end
+  end
+
+  def test_a_fiber_that_ends_holding_a_lock_keeps_it_until_its_thread_dies
+    lock = new_lock(**LEASE)
+    finish = Queue.new
+    thread = Thread.new do
+      Fiber.new { lock.lock }.resume
+      finish.pop
+    end
+    Thread.pass until thread.status == "sleep"
+    sleep 0.6
+    refute new_lock(name: lock.name).try_lock, "released while its Thread lives, unlike a Mutex"
+    capture_io do
+      finish << :done
+      thread.join
+      assert_operator seconds_to_take(lock.name), :<, 1
+    end
+  end
+
+  def test_the_watcher_runs_only_while_a_thread_holds_something
+    lock = new_lock(**LEASE)
+    lock.synchronize { assert watcher, "no watcher while a lock is held" }
+    sleep 0.6
+    assert_nil watcher
+  end
+
+  def test_a_lock_collected_while_held_frees_its_name
+    name = "test-#{SecureRandom.hex(6)}"
+    collected = hold_and_forget(url: redis.url, name: name)
+    collect
+    refute collected.call, "the lock was not collected"
+    assert_operator seconds_to_take(name), :<, 1
+  end
+
+  def test_collecting_a_held_lock_does_not_wait_on_an_unreachable_server
+    server = RedisServer.new
+    collected = hold_and_forget(url: server.url, name: "test-#{SecureRandom.hex(6)}")
+    Process.kill(:STOP, server.pid)
+    started = monotonic
+    collect
+    elapsed = monotonic - started
+    refute collected.call, "the lock was not collected"
+    assert_operator elapsed, :<, 0.5
+  ensure
+    Process.kill(:CONT, server.pid)
+    server.stop
+  end
+
+  private
+
+  def seconds_to_take(name)
+    other = new_lock(name: name, **LEASE)
+    started = monotonic
+    other.lock(timeout: 1.5)
+    monotonic - started
+  ensure
+    other.unlock if other&.__send__(:held_by_this_thread?)
+  end
+
+  def watcher
+    Thread.list.find { |thread| thread.name == "lockyard-thread-watch" }
+  end
+
+  # Takes a lock and keeps no reference to it; the returned check says
+  # whether it is still alive.
+  def hold_and_forget(**where)
+    alive = ObjectSpace::WeakMap.new
+    key = Object.new
+    # In a Fiber of its own, whose stack (unlike this one) the collector no
+    # longer scans once it has ended.
+    Fiber.new do
+      alive[key] = Lockyard::Redis::Lock.new(**where, **LEASE).tap(&:lock)
+      nil
+    end.resume
+    -> { alive.key?(key) }
+  end
+
+  # A full collection, and a moment for the deferred free functions it
+  # leaves to run.
+  def collect
+    3.times { GC.start }
+    sleep 0.05
+  end
+end
