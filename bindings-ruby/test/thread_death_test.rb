@@ -62,6 +62,22 @@ class ThreadDeathTest < Minitest::Test
     assert_nil watcher
   end
 
+  def test_a_forked_child_watches_its_own_threads
+    parents = new_lock(**LEASE)
+    parents.synchronize do # the parent's watcher runs, and is not the child's
+      lock = new_lock(**LEASE)
+      child = fork do
+        Thread.new { lock.lock }.join
+        sleep 3
+      end
+      Thread.pass until lock.locked?
+      assert_operator seconds_to_take(lock.name), :<, 1
+    ensure
+      Process.kill(:KILL, child)
+      Process.wait(child)
+    end
+  end
+
   def test_a_lock_collected_while_held_frees_its_name
     name = "test-#{SecureRandom.hex(6)}"
     collected = hold_and_forget(url: redis.url, name: name)
