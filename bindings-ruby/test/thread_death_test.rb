@@ -100,6 +100,15 @@ class ThreadDeathTest < Minitest::Test
     server.stop
   end
 
+  def test_a_lock_held_when_the_program_exits_is_released_before_it_ends
+    name = "test-#{SecureRandom.hex(6)}"
+    # Ruby frees the lock at exit; its release, handed to the background,
+    # must not die with the process.
+    holder = "Lockyard::Redis::Lock.new(url: ARGV[0], name: ARGV[1], ttl: 20).lock"
+    system(RbConfig.ruby, *ruby_include, "-rlockyard", "-e", holder, redis.url, name, exception: true)
+    assert new_lock(name: name).try_lock, "the exited program's lock is still held"
+  end
+
   private
 
   def seconds_to_take(name)
