@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockyard::redis::Lock;
+use lockyard::redis::{Lock, Session};
 use lockyard::{as_holder, owners};
 use support::RedisServer;
 
@@ -75,4 +75,27 @@ fn releasing_in_the_background_never_waits_on_the_server() {
     server.signal("CONT");
     assert!(took < Duration::from_millis(100), "took {took:?}");
     assert!(wait_to_take(&server, "dropped") < Duration::from_secs(1));
+}
+
+#[test]
+fn a_session_destroyed_in_the_background_frees_its_locks_without_waiting() {
+    let server = RedisServer::start();
+    let session = Session::builder(server.url())
+        .ttl(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let under = Lock::builder(server.url(), "under a session")
+        .session(&session)
+        .build()
+        .unwrap();
+    std::mem::forget(under.acquire(None).unwrap());
+    server.signal("STOP");
+    let started = Instant::now();
+    session.destroy_in_background();
+    assert!(!session.healthy());
+    drop(session);
+    let took = started.elapsed();
+    server.signal("CONT");
+    assert!(took < Duration::from_millis(100), "took {took:?}");
+    assert!(wait_to_take(&server, "under a session") < Duration::from_secs(1));
 }

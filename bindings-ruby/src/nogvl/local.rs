@@ -55,6 +55,7 @@ local!(redis::Lock {
 });
 
 local!(redis::Session {
+    fn destroy_in_background() -> ();
     fn healthy() -> bool;
     fn check_health() -> Result<()>;
     fn id() -> &str;
@@ -76,12 +77,14 @@ impl Local<'_, redis::Session> {
 }
 
 local!(redis::WaitGroup {
+    fn release_blocks_in_background() -> ();
     fn healthy(token: &str) -> bool;
     fn check_health(token: &str) -> Result<()>;
     fn fencing_token(token: &str) -> Option<u64>;
 });
 
 local!(redis::Election {
+    fn resign_in_background() -> ();
     fn is_leader() -> bool;
     fn check_health() -> Result<()>;
     fn fencing_token() -> Option<u64>;
