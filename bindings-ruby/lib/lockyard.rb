@@ -22,6 +22,7 @@ end
 # The native extension looks the error classes up, so they come first.
 require_relative "lockyard/error"
 require "lockyard/lockyard_ruby"
+require_relative "lockyard/thread_watch"
 require_relative "lockyard/synchronize"
 require_relative "lockyard/redis"
 require_relative "lockyard/redis/wait_group"

@@ -157,3 +157,11 @@ impl Observer {
         Ok(term.map(|term| (term.value, term.fencing_token)))
     }
 }
+
+impl Drop for Election {
+    /// Run by Ruby's garbage collector: resigns in the background, so a
+    /// collection never waits on Redis.
+    fn drop(&mut self) {
+        self.core.freeing().resign_in_background();
+    }
+}

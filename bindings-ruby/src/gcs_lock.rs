@@ -12,6 +12,7 @@ use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RHash, RModule,
 use crate::convert;
 use crate::errors::OrRaise;
 use crate::nogvl::NoGvl;
+use crate::thread_watch;
 
 /// Past this many unforwarded records, new ones are dropped.
 const LOG_CAPACITY: usize = 1024;
@@ -222,18 +223,20 @@ impl Lock {
 
     fn acquire(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
         let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
-        rb_self.core.acquire_within(
+        let acquired = rb_self.core.acquire_within(
             ruby,
             timeout,
             || format!("the GCS lock (as {})", Self::identity(ruby, rb_self)),
             |lock, left, interrupted| lock.acquire_interruptibly(left, interrupted),
-        )
+        );
+        thread_watch::granted(ruby, acquired)
     }
 
     fn try_lock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
-        rb_self.core.blocking(ruby, |lock, interrupted| {
+        let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
             lock.acquire_interruptibly(Some(Duration::ZERO), interrupted)
-        })
+        });
+        thread_watch::granted(ruby, acquired)
     }
 
     fn unlock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
@@ -303,5 +306,13 @@ impl Lock {
             .core
             .nonblocking(ruby, |lock| lock.ttl())
             .as_secs_f64()
+    }
+}
+
+impl Drop for Lock {
+    /// Run by Ruby's garbage collector: releases in the background, so a
+    /// collection never waits on the bucket.
+    fn drop(&mut self) {
+        self.core.freeing().release_all_in_background();
     }
 }

@@ -15,6 +15,7 @@ mod lock;
 mod nogvl;
 mod quorum;
 mod session;
+mod thread_watch;
 mod wait_group;
 
 #[magnus::init(name = "lockyard_ruby")]
@@ -30,6 +31,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     election::define(ruby, redis)?;
     quorum::define(ruby, lockyard.define_module("Quorum")?)?;
     command::define(lockyard)?;
+    thread_watch::define(lockyard)?;
     let gcs = lockyard.define_module("GCS")?;
     gcs_lock::define(ruby, gcs)
 }

@@ -9,6 +9,7 @@ use crate::convert;
 use crate::errors::OrRaise;
 use crate::nogvl::NoGvl;
 use crate::session::Session;
+use crate::thread_watch;
 
 #[magnus::wrap(class = "Lockyard::Redis::Lock", size)]
 pub(crate) struct Lock {
@@ -99,18 +100,20 @@ impl Lock {
     /// Waits up to `timeout` seconds (nil: forever); true once held.
     fn acquire(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
         let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
-        rb_self.core.acquire_within(
+        let acquired = rb_self.core.acquire_within(
             ruby,
             timeout,
             || format!("lock {:?}", rb_self.name),
             |lock, left, interrupted| lock.acquire_interruptibly(left, interrupted),
-        )
+        );
+        thread_watch::granted(ruby, acquired)
     }
 
     fn try_lock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
-        rb_self.core.blocking(ruby, |lock, interrupted| {
+        let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
             lock.acquire_interruptibly(Some(Duration::ZERO), interrupted)
-        })
+        });
+        thread_watch::granted(ruby, acquired)
     }
 
     fn unlock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
@@ -159,5 +162,14 @@ impl Lock {
             .core
             .nonblocking(ruby, |lock| lock.default_timeout())
             .map(|timeout| timeout.as_secs_f64())
+    }
+}
+
+impl Drop for Lock {
+    /// Run by Ruby's garbage collector, with the GVL held: what the lock
+    /// still holds is released in the background, so a collection never
+    /// waits on Redis.
+    fn drop(&mut self) {
+        self.core.freeing().release_all_in_background();
     }
 }

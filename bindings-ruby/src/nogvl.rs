@@ -79,7 +79,7 @@ impl<T> NoGvl<T> {
 
 /// The current Fiber's object id: unlike its address, never reused for
 /// another object, so a new Fiber cannot take over a dead one's locks.
-fn current_fiber(_ruby: &Ruby) -> u64 {
+pub(crate) fn current_fiber(_ruby: &Ruby) -> u64 {
     // SAFETY: called with the GVL held (a `&Ruby` proves it); neither
     // function raises.
     let id = unsafe { Value::from_raw(rb_obj_id(rb_fiber_current())) };

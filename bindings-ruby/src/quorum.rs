@@ -7,6 +7,7 @@ use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, 
 use crate::convert;
 use crate::errors::OrRaise;
 use crate::nogvl::{Deadline, NoGvl};
+use crate::thread_watch;
 
 #[magnus::wrap(class = "Lockyard::Quorum::RwLock", size)]
 pub(crate) struct RwLock {
@@ -73,7 +74,7 @@ impl RwLock {
     fn acquire(ruby: &Ruby, rb_self: &Self, write: bool, timeout: Value) -> Result<bool, Error> {
         let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
         let mut deadline = Deadline::new(timeout);
-        rb_self.core.blocking(ruby, |lock, interrupted| {
+        let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
             let Some(left) = deadline.left() else {
                 return Ok(false);
             };
@@ -82,7 +83,8 @@ impl RwLock {
             } else {
                 lock.acquire_read_interruptibly(left, interrupted)
             }
-        })
+        });
+        thread_watch::granted(ruby, acquired)
     }
 
     fn release(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
@@ -122,5 +124,13 @@ impl RwLock {
             .core
             .nonblocking(ruby, |lock| lock.default_timeout())
             .map(|timeout| timeout.as_secs_f64())
+    }
+}
+
+impl Drop for RwLock {
+    /// Run by Ruby's garbage collector: releases in the background, so a
+    /// collection never waits on the servers.
+    fn drop(&mut self) {
+        self.core.freeing().release_all_in_background();
     }
 }

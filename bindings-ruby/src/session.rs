@@ -108,3 +108,11 @@ impl Session {
             })
     }
 }
+
+impl Drop for Session {
+    /// Run by Ruby's garbage collector: destroys the session in the
+    /// background, so a collection never waits on Redis.
+    fn drop(&mut self) {
+        self.core.freeing().destroy_in_background();
+    }
+}

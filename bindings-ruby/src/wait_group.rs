@@ -151,3 +151,11 @@ impl WaitGroup {
         self.limit
     }
 }
+
+impl Drop for WaitGroup {
+    /// Run by Ruby's garbage collector: frees the slots of open blocks in
+    /// the background, so a collection never waits on Redis.
+    fn drop(&mut self) {
+        self.core.freeing().release_blocks_in_background();
+    }
+}

@@ -15,7 +15,8 @@ class HoldersTest < Minitest::Test
       owned, unlocked = Thread.new { [lock.owned?, (lock.unlock rescue $!)] }.value
       refute owned, "a new Thread owns a dead Thread's lock"
       assert_kind_of Lockyard::NotLockedError, unlocked
-      assert lock.locked?, "the dead Thread's hold is still there"
+      # The dead Thread's hold is not the new one's to end; the watcher
+      # releases it soon after (thread_death_test.rb).
     end
   end
 

@@ -71,6 +71,21 @@ class QuorumTest < Minitest::Test
     waiter.with_write_lock { assert waiter.healthy? }
   end
 
+  def test_a_thread_that_dies_holding_the_write_lock_releases_it
+    # Refreshed every 0.6 s while kept: the 1.5 s wait cannot outlast it.
+    lease = { name: "rw-#{SecureRandom.hex(6)}", ttl: 2, refresh_interval: 0.6 }
+    lock = Lockyard::Quorum::RwLock.new(urls: urls, **lease)
+    other = Lockyard::Quorum::RwLock.new(urls: urls, **lease)
+    _, warned = capture_io do
+      Thread.new { lock.acquire_write }.join
+      started = monotonic
+      assert other.acquire_write(timeout: 1.5), "the dead thread's write lock was kept"
+      assert_operator monotonic - started, :<, 1
+      other.release
+    end
+    assert_match(/released rw lock "#{lease[:name]}"/, warned)
+  end
+
   def test_misuse_raises_typed_errors
     lock = new_rw_lock
     assert_raises(Lockyard::NotLockedError) { lock.release }
@@ -109,11 +124,13 @@ class QuorumTest < Minitest::Test
   def test_timeout_interrupts_a_wait
     holder = new_rw_lock
     waiter = new_rw_lock(name: holder.name)
-    in_thread { holder.acquire_write(timeout: 1) }
+    assert holder.acquire_write(timeout: 1)
     started = monotonic
     assert_raises(Timeout::Error) { Timeout.timeout(0.3) { waiter.acquire_read } }
     assert_operator monotonic - started, :<, 1.5
     refute waiter.healthy?
+  ensure
+    holder.release
   end
 
   private

@@ -10,7 +10,7 @@ require "lockyard"
 # A private redis-server on a free port, started once for the whole run and
 # stopped when it ends; it keeps nothing on disk.
 class RedisServer
-  attr_reader :port
+  attr_reader :port, :pid
 
   def self.instance
     @instance ||= new.tap do |server|

@@ -10,10 +10,12 @@ use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::health::Health;
+use crate::owners::{self, Holders};
+use crate::runtime;
 
 pub(crate) struct Holds<K, V> {
     inner: Mutex<State<K, V>>,
@@ -109,23 +111,98 @@ pub(crate) trait Held {
 /// share: one hold per holder (a thread, or a binding's `as_holder` key),
 /// no re-entry, and the errors for holding twice or not at all, worded once.
 pub(crate) struct PerHolder<V> {
-    holds: Holds<u64, V>,
-    what: String,
+    table: Arc<Table<V>>,
 }
 
-impl<V: Held> PerHolder<V> {
-    pub(crate) fn new(what: String) -> Self {
-        PerHolder {
+/// The holds, shared with `owners`, which releases those of holders whose
+/// owner ended.
+struct Table<V> {
+    holds: Holds<u64, V>,
+    what: String,
+    /// How the lock gives a hold back when nobody waits for it: on drop, in
+    /// the background.
+    give_back: GiveBack<V>,
+}
+
+type GiveBack<V> = Box<dyn Fn(V) -> Result<bool> + Send + Sync>;
+
+impl<V: Held + Send + 'static> PerHolder<V> {
+    /// `give_back` releases a hold on drop and in the background (a holder
+    /// that ended without releasing, a lock dropped by a garbage collector).
+    pub(crate) fn new(
+        what: String,
+        give_back: impl Fn(V) -> Result<bool> + Send + Sync + 'static,
+    ) -> Self {
+        let table = Arc::new(Table {
             holds: Holds::new(),
             what,
+            give_back: Box::new(give_back),
+        });
+        let shared: Arc<dyn Holders> = table.clone();
+        owners::register(Arc::downgrade(&shared));
+        PerHolder { table }
+    }
+
+    /// Gives back every hold of this process (a lock object dropped while
+    /// held), rather than leaving them to expire.
+    pub(crate) fn release_all(&self) {
+        for hold in self.table.holds.drain() {
+            self.table.give_back_logged(hold);
         }
     }
 
+    /// [`PerHolder::release_all`] on the runtime's blocking threads: returns
+    /// at once, for a drop that must not wait on a server (a garbage
+    /// collector's finalizer).
+    pub(crate) fn release_all_in_background(&self) {
+        self.table.give_back_in_background(self.table.holds.drain());
+    }
+}
+
+impl<V: Held + Send + 'static> Table<V> {
+    fn give_back_logged(&self, hold: V) {
+        if let Err(e) = (self.give_back)(hold) {
+            log::warn!("releasing {} failed: {e}", self.what);
+        }
+    }
+
+    fn give_back_in_background(self: &Arc<Self>, holds: Vec<V>) {
+        if holds.is_empty() {
+            return;
+        }
+        let table = self.clone();
+        runtime::spawn_blocking(move || {
+            for hold in holds {
+                table.give_back_logged(hold);
+            }
+        });
+    }
+}
+
+impl<V: Held + Send + 'static> Holders for Table<V> {
+    fn holding(&self, holding: &mut HashSet<u64>) {
+        holding.extend(self.holds.get().keys().copied());
+    }
+
+    fn release_in_background(self: Arc<Self>, holders: &HashSet<u64>) -> Option<String> {
+        let ended: Vec<V> = {
+            let mut holds = self.holds.get();
+            holders.iter().filter_map(|h| holds.remove(h)).collect()
+        };
+        if ended.is_empty() {
+            return None;
+        }
+        self.give_back_in_background(ended);
+        Some(self.what.clone())
+    }
+}
+
+impl<V: Held> PerHolder<V> {
     /// This process's holds, for what only one lock does (the GCS lock's
     /// own queries, a quorum test's simulated crash).
     #[cfg(any(feature = "gcs", all(test, feature = "quorum")))]
     pub(crate) fn get(&self) -> ProcessHolds<'_, u64, V> {
-        self.holds.get()
+        self.table.holds.get()
     }
 
     /// Takes a hold for `holder` with `take` (Ok(None): the wait ran out).
@@ -136,12 +213,12 @@ impl<V: Held> PerHolder<V> {
         holder: u64,
         take: impl FnOnce() -> Result<Option<V>>,
     ) -> Result<bool> {
-        if self.holds.get().contains_key(&holder) {
-            return Err(Error::AlreadyLocked(self.what.clone()));
+        if self.table.holds.get().contains_key(&holder) {
+            return Err(Error::AlreadyLocked(self.table.what.clone()));
         }
         match take()? {
             Some(hold) => {
-                self.holds.get().insert(holder, hold);
+                self.table.holds.get().insert(holder, hold);
                 Ok(true)
             }
             None => Ok(false),
@@ -154,7 +231,7 @@ impl<V: Held> PerHolder<V> {
         holder: u64,
         give_back: impl FnOnce(V) -> Result<bool>,
     ) -> Result<bool> {
-        let hold = self.holds.get().remove(&holder);
+        let hold = self.table.holds.get().remove(&holder);
         give_back(hold.ok_or_else(|| self.not_held())?)
     }
 
@@ -166,7 +243,7 @@ impl<V: Held> PerHolder<V> {
         holder: u64,
         give_back: impl FnOnce(V) -> Result<bool>,
     ) -> Result<bool> {
-        match self.holds.leave(&holder) {
+        match self.table.holds.leave(&holder) {
             Leaving::Held(hold) => give_back(hold),
             Leaving::Inherited => Ok(true),
             Leaving::NotHeld => Err(self.not_held()),
@@ -175,7 +252,7 @@ impl<V: Held> PerHolder<V> {
 
     /// Reads `holder`'s hold, if it has one.
     pub(crate) fn with<R>(&self, holder: u64, read: impl FnOnce(&V) -> R) -> Option<R> {
-        self.holds.get().get(&holder).map(read)
+        self.table.holds.get().get(&holder).map(read)
     }
 
     pub(crate) fn healthy(&self, holder: u64) -> bool {
@@ -184,22 +261,12 @@ impl<V: Held> PerHolder<V> {
     }
 
     pub(crate) fn check_health(&self, holder: u64) -> Result<()> {
-        self.with(holder, |hold| hold.health().check(&self.what))
+        self.with(holder, |hold| hold.health().check(&self.table.what))
             .unwrap_or_else(|| Err(self.not_held()))
     }
 
-    /// Gives back every hold of this process (a lock object dropped while
-    /// held), rather than leaving them to expire.
-    pub(crate) fn release_all(&self, mut give_back: impl FnMut(V) -> Result<bool>) {
-        for hold in self.holds.drain() {
-            if let Err(e) = give_back(hold) {
-                log::warn!("releasing {} on drop failed: {e}", self.what);
-            }
-        }
-    }
-
     fn not_held(&self) -> Error {
-        Error::NotLocked(self.what.clone())
+        Error::NotLocked(self.table.what.clone())
     }
 }
 

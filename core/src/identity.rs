@@ -48,8 +48,13 @@ pub fn as_holder<R>(key: u64, f: impl FnOnce() -> R) -> R {
             HOLDER.with(|holder| holder.set(self.0));
         }
     }
-    let _restore = Restore(HOLDER.with(|holder| holder.replace(Some(key | 1 << 63))));
+    let _restore = Restore(HOLDER.with(|holder| holder.replace(Some(binding_holder(key)))));
     f()
+}
+
+/// The holder number of a binding's key: apart from every OS-thread number.
+pub(crate) fn binding_holder(key: u64) -> u64 {
+    key | 1 << 63
 }
 
 /// The calling holder: the key set by [`as_holder`], else the OS thread.

@@ -61,6 +61,8 @@ mod identity;
 mod lease;
 #[cfg(any(feature = "redis", feature = "gcs"))]
 pub mod limits;
+#[cfg(any(feature = "redis", feature = "gcs"))]
+pub mod owners;
 #[cfg(feature = "quorum")]
 pub mod quorum;
 #[cfg(feature = "redis")]

@@ -4,7 +4,8 @@
 //! only touch atomics, so they never call into Python or Ruby.
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::runtime::{Builder, Handle};
 use tokio::task::JoinHandle;
@@ -49,6 +50,77 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     handle().spawn(future)
+}
+
+/// Runs `work`, which may block (a synchronous release), on the runtime's
+/// pool of blocking threads: for callers that must not wait for it. The
+/// process waits for it at exit (see [`Background`]).
+pub(crate) fn spawn_blocking(work: impl FnOnce() + Send + 'static) {
+    let running = Background::started();
+    drop(handle().spawn_blocking(move || {
+        let _running = running;
+        work()
+    }));
+}
+
+/// How long an exiting process waits for its background work: as long as
+/// one Redis command may take, the most a release done in place would have
+/// held the exit up.
+const EXIT_WAIT: Duration = Duration::from_secs(10);
+
+/// One piece of background work not done yet. A release handed to the
+/// background just before the process exits (a lock freed by Ruby's
+/// finalizers at exit) would otherwise die with it and leave the lock to
+/// its `ttl`: so the process waits for them at exit, up to [`EXIT_WAIT`].
+struct Background;
+
+/// Background work not done yet in the process with this pid (a forked
+/// child's count starts again: its parent's work runs in the parent).
+static UNFINISHED: Mutex<(u32, usize)> = Mutex::new((0, 0));
+static FINISHED: Condvar = Condvar::new();
+
+impl Background {
+    fn started() -> Background {
+        #[cfg(unix)]
+        {
+            static AT_EXIT: std::sync::Once = std::sync::Once::new();
+            // SAFETY: `wait_at_exit` is a plain function that never unwinds.
+            AT_EXIT.call_once(|| unsafe {
+                libc::atexit(wait_at_exit);
+            });
+        }
+        let pid = std::process::id();
+        let mut unfinished = UNFINISHED.lock().unwrap_or_else(|e| e.into_inner());
+        if unfinished.0 != pid {
+            *unfinished = (pid, 0);
+        }
+        unfinished.1 += 1;
+        Background
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let mut unfinished = UNFINISHED.lock().unwrap_or_else(|e| e.into_inner());
+        unfinished.1 = unfinished.1.saturating_sub(1);
+        FINISHED.notify_all();
+    }
+}
+
+extern "C" fn wait_at_exit() {
+    let until = Instant::now() + EXIT_WAIT;
+    let pid = std::process::id();
+    let mut unfinished = UNFINISHED.lock().unwrap_or_else(|e| e.into_inner());
+    while unfinished.0 == pid && unfinished.1 > 0 {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        unfinished = FINISHED
+            .wait_timeout(unfinished, left)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
 }
 
 /// Tasks spawned and not yet finished, on this process's runtime.

@@ -30,6 +30,8 @@ module Lockyard
       #   the default is random hex and the pid. The same prefix recovers its own
       #   abandoned lock at once.
       # @param thread_safe [Boolean] false: all threads share one identity and one hold
+      #   (which then outlives the thread that took it); true: a Thread that dies
+      #   holding the lock releases it, with a warning ({Lockyard::ThreadWatch})
       # @param logger [Logger, nil] receives the lock's progress with the gem's levels
       # @param logger_mutex [Mutex] serializes writes to +logger+
       # @param ttl [Numeric] a hold not refreshed for this long is stale

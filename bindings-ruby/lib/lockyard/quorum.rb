@@ -7,7 +7,8 @@ module Lockyard
     # keeps working while up to (n-1)/2 of them are down or unreachable.
     # Each thread is a separate holder; held locks are refreshed in the
     # background, and {#healthy?} / {#check_health!} tell whether the hold
-    # may have been lost.
+    # may have been lost. A Thread that dies holding it releases it, with a
+    # warning ({Lockyard::ThreadWatch}).
     #
     #   lock = Lockyard::Quorum::RwLock.new(urls: %w[redis://a:6379 redis://b:6379 redis://c:6379],
     #                                       name: "index")

@@ -8,7 +8,8 @@ module Lockyard
     # fibers excludes them from each other exactly as it excludes other
     # processes and hosts. While held, the lock is refreshed
     # in the background; {#healthy?} and {#check_health!} tell whether it
-    # may have been lost.
+    # may have been lost. A Thread that dies holding it releases it, with a
+    # warning, as a dead Thread's Mutex is unlocked ({Lockyard::ThreadWatch}).
     #
     #   lock = Lockyard::Redis::Lock.new(url: "redis://127.0.0.1:6379/0", name: "deploy")
     #   lock.synchronize(timeout: 10) do

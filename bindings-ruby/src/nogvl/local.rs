@@ -21,6 +21,16 @@ impl<'a, T> Local<'a, T> {
     }
 }
 
+/// A Ruby object's free function (`Drop`, run by the garbage collector
+/// with the GVL held, where nothing may call into Ruby) reaches its core
+/// object through the same view, naming no holder: only what touches no
+/// server while the GVL is held.
+impl<T> super::NoGvl<T> {
+    pub(crate) fn freeing(&mut self) -> Local<'_, T> {
+        Local(&self.0)
+    }
+}
+
 /// `local!(Core { fn name(args) -> Type; ... })`: `Local<Core>` gets each
 /// listed method, calling the core method of the same name.
 macro_rules! local {
@@ -36,6 +46,7 @@ macro_rules! local {
 }
 
 local!(redis::Lock {
+    fn release_all_in_background() -> ();
     fn healthy() -> bool;
     fn check_health() -> Result<()>;
     fn fencing_token() -> Option<u64>;
@@ -44,6 +55,7 @@ local!(redis::Lock {
 });
 
 local!(redis::Session {
+    fn destroy_in_background() -> ();
     fn healthy() -> bool;
     fn check_health() -> Result<()>;
     fn id() -> &str;
@@ -65,12 +77,14 @@ impl Local<'_, redis::Session> {
 }
 
 local!(redis::WaitGroup {
+    fn release_blocks_in_background() -> ();
     fn healthy(token: &str) -> bool;
     fn check_health(token: &str) -> Result<()>;
     fn fencing_token(token: &str) -> Option<u64>;
 });
 
 local!(redis::Election {
+    fn resign_in_background() -> ();
     fn is_leader() -> bool;
     fn check_health() -> Result<()>;
     fn fencing_token() -> Option<u64>;
@@ -78,6 +92,7 @@ local!(redis::Election {
 });
 
 local!(quorum::RwLock {
+    fn release_all_in_background() -> ();
     fn held() -> bool;
     fn healthy() -> bool;
     fn check_health() -> Result<()>;
@@ -86,6 +101,7 @@ local!(quorum::RwLock {
 });
 
 local!(gcs::Lock {
+    fn release_all_in_background() -> ();
     fn healthy() -> bool;
     fn check_health() -> Result<()>;
     fn last_refresh_error() -> Option<String>;

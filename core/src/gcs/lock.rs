@@ -57,9 +57,13 @@ impl Lock {
         default_timeout: Option<Duration>,
     ) -> Lock {
         note_process_start();
+        let engine = Arc::new(engine);
+        let giver = engine.clone();
         Lock {
-            holds: PerHolder::new(engine.what.clone()),
-            engine: Arc::new(engine),
+            holds: PerHolder::new(engine.what.clone(), move |hold| {
+                giver.release(hold, &|| false)
+            }),
+            engine,
             identity_prefix,
             random_prefix: random_hex(12),
             thread_safe,
@@ -179,6 +183,13 @@ impl Lock {
         hold.map(|hold| hold.stop()).is_some()
     }
 
+    /// Gives back every hold of this process in the background and returns
+    /// at once: for a lock about to be dropped where blocking is not allowed
+    /// (a garbage collector's finalizer). The drop then finds nothing left.
+    pub fn release_all_in_background(&self) {
+        self.holds.release_all_in_background();
+    }
+
     /// Whether the calling thread holds the lock and its lease is surely
     /// still live. Reads a flag and the clock; no request.
     pub fn healthy(&self) -> bool {
@@ -270,8 +281,7 @@ impl Lock {
 impl Drop for Lock {
     /// A dropped lock gives back what this process still holds.
     fn drop(&mut self) {
-        self.holds
-            .release_all(|hold| self.engine.release(hold, &|| false));
+        self.holds.release_all();
     }
 }
 

@@ -125,7 +125,7 @@ impl RwLockBuilder {
             request_timeout,
         } = self.timing()?;
         let what = format!("rw lock {:?}", self.name);
-        let quorum = Quorum {
+        let quorum = Arc::new(Quorum {
             fingerprint: fingerprint(&nodes).into(),
             nodes,
             resource: self.name.clone(),
@@ -134,13 +134,14 @@ impl RwLockBuilder {
             request_timeout,
             lease,
             what: what.clone(),
-        };
+        });
+        let giver = quorum.clone();
         Ok(RwLock {
-            quorum: Arc::new(quorum),
+            quorum,
             urls: self.urls,
             prefix: random_hex(8),
             default_timeout: self.timeout,
-            holds: PerHolder::new(what),
+            holds: PerHolder::new(what, move |hold: Arc<Hold>| giver.release(&hold)),
         })
     }
 
@@ -334,6 +335,13 @@ impl RwLock {
         self.hold().is_some()
     }
 
+    /// Gives back every hold of this process in the background and returns
+    /// at once: for a lock about to be dropped where blocking is not allowed
+    /// (a garbage collector's finalizer). The drop then finds nothing left.
+    pub fn release_all_in_background(&self) {
+        self.holds.release_all_in_background();
+    }
+
     /// The nodes' URLs, as given.
     pub fn nodes(&self) -> &[String] {
         &self.urls
@@ -353,7 +361,7 @@ impl RwLock {
 impl Drop for RwLock {
     /// A dropped lock gives back what this process still holds.
     fn drop(&mut self) {
-        self.holds.release_all(|hold| self.quorum.release(&hold));
+        self.holds.release_all();
     }
 }
 

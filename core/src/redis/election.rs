@@ -195,6 +195,15 @@ impl Election {
     }
 }
 
+impl Election {
+    /// Resigns as a drop does, on the runtime's blocking threads, and
+    /// returns at once: for an election about to be dropped where blocking
+    /// is not allowed (a garbage collector's finalizer).
+    pub fn resign_in_background(&self) {
+        self.semaphore.release_in_background(self.term.drain());
+    }
+}
+
 impl Drop for Election {
     /// A dropped leader resigns rather than leaving its term to the
     /// session; a forked child has no term to resign.

@@ -145,9 +145,11 @@ impl LockBuilder {
         };
         let route = Route::new(server(&self.url, connect_timeout)?);
         let what = format!("lock {:?}", self.name);
+        let semaphore = Semaphore::new(route, keys, Shape::Lock, lease, what.clone(), binding);
+        let giver = semaphore.clone();
         Ok(Lock {
-            holds: PerHolder::new(what.clone()),
-            semaphore: Semaphore::new(route, keys, Shape::Lock, lease, what, binding),
+            holds: PerHolder::new(what, move |hold| giver.release(hold)),
+            semaphore,
             prefix,
             value: self.value.unwrap_or_default(),
             default_timeout: self.timeout,
@@ -278,6 +280,14 @@ impl Lock {
         Ok(self.semaphore.inspect(None)?.0 > 0)
     }
 
+    /// Gives back every hold of this process in the background and returns
+    /// at once, without waiting on Redis: for a lock about to be dropped
+    /// where blocking is not allowed (a garbage collector's finalizer). The
+    /// drop then finds nothing left to release.
+    pub fn release_all_in_background(&self) {
+        self.holds.release_all_in_background();
+    }
+
     /// The calling thread's holder identity (`<prefix>-<pid>/<thread>`).
     pub fn identity(&self) -> String {
         holder_identity(&self.prefix)
@@ -288,7 +298,7 @@ impl Drop for Lock {
     /// A dropped lock gives back what this process still holds, rather than
     /// leaving it to expire.
     fn drop(&mut self) {
-        self.holds.release_all(|hold| self.semaphore.release(hold));
+        self.holds.release_all();
     }
 }
 

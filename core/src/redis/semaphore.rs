@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::identity::random_hex;
 use crate::lease::Lease;
 use crate::limits;
+use crate::runtime;
 
 /// How often a waiter renews its place, and re-checks for holders whose
 /// lease ran out (they free a slot without anyone releasing it).
@@ -346,6 +347,23 @@ impl Semaphore {
         let (token, was_live) = (hold.token.clone(), hold.health.is_healthy());
         drop(hold);
         self.slots.release_as(&token, was_live)
+    }
+
+    /// Gives `holds` back on the runtime's blocking threads and returns at
+    /// once: for a drop that must not wait on Redis (a garbage collector's
+    /// finalizer). A failure is logged.
+    pub(crate) fn release_in_background(&self, holds: Vec<Hold>) {
+        if holds.is_empty() {
+            return;
+        }
+        let semaphore = self.clone();
+        runtime::spawn_blocking(move || {
+            for hold in holds {
+                if let Err(e) = semaphore.release(hold) {
+                    log::warn!("releasing {} failed: {e}", semaphore.what());
+                }
+            }
+        });
     }
 
     /// Gives back the slot of `token`, held by this process or any other.

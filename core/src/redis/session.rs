@@ -212,6 +212,21 @@ impl Session {
         self.state.destroy()
     }
 
+    /// Destroys the session as a drop does, on the runtime's blocking
+    /// threads, and returns at once: for a session about to be dropped where
+    /// blocking is not allowed (a garbage collector's finalizer). The drop
+    /// then finds it destroyed.
+    pub fn destroy_in_background(&self) {
+        if self.state.mark_destroyed() {
+            let state = self.state.clone();
+            runtime::spawn_blocking(move || {
+                if let Err(e) = state.end() {
+                    log::warn!("destroying session {} failed: {e}", state.id);
+                }
+            });
+        }
+    }
+
     pub(crate) fn state(&self) -> &Arc<SessionState> {
         &self.state
     }
@@ -279,9 +294,21 @@ impl SessionState {
     }
 
     fn destroy(&self) -> Result<()> {
-        if self.destroyed.swap(true, Ordering::AcqRel) {
+        if !self.mark_destroyed() {
             return Ok(());
         }
+        self.end()
+    }
+
+    /// Marks the session destroyed, and so unhealthy; false if it was already.
+    fn mark_destroyed(&self) -> bool {
+        let first = !self.destroyed.swap(true, Ordering::AcqRel);
+        self.health().mark_lost("the session was destroyed");
+        first
+    }
+
+    /// What destroying does once the session is marked destroyed.
+    fn end(&self) -> Result<()> {
         // A forked child must not end the session its parent still uses,
         // nor touch the renewer task, which runs on the parent's runtime.
         let creator = self.pid == std::process::id();
@@ -295,7 +322,6 @@ impl SessionState {
                 renewer.abort();
             }
         }
-        self.health().mark_lost("the session was destroyed");
         let released = self.keep_alive.release_all();
         if !creator {
             return released;

@@ -292,6 +292,29 @@ impl WaitGroup {
     }
 }
 
+impl WaitGroup {
+    /// Frees the slots of open blocks as a drop does, on the runtime's
+    /// blocking threads, and returns at once: for a group about to be
+    /// dropped where blocking is not allowed (a garbage collector's
+    /// finalizer). Slots taken by `add` are left to the drop.
+    pub fn release_blocks_in_background(&self) {
+        let in_blocks: Vec<Hold> = {
+            let mut slots = self.slots.get();
+            let tokens: Vec<String> = slots
+                .iter()
+                .filter(|(_, held)| held.in_block)
+                .map(|(token, _)| token.clone())
+                .collect();
+            tokens
+                .iter()
+                .filter_map(|token| slots.remove(token))
+                .map(|held| held.hold)
+                .collect()
+        };
+        self.semaphore.release_in_background(in_blocks);
+    }
+}
+
 impl Drop for WaitGroup {
     /// A dropped group frees the slots of blocks it is still inside of. It
     /// stops refreshing the others without freeing them: a token handed to
