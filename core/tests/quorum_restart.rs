@@ -174,7 +174,9 @@ fn a_list_is_forgotten_with_the_last_holder() {
 /// lifts, and a node still in it would miss a test's grant.
 fn lift_every_guard(urls: &[String]) {
     let warm_up = lock(urls, "warm-up", TTL);
-    eventually(Duration::from_secs(5), "every node grants", || {
+    // A node whose guard the first round missed lifts it once its window
+    // (the longest ttl asked of it) has passed.
+    eventually(TTL * 3, "every node grants", || {
         let held = warm_up.write(None).unwrap();
         thread::sleep(Duration::from_millis(50)); // the last grant lands
         let everywhere = lockyard::quorum::inspect(urls, "warm-up")
@@ -201,7 +203,9 @@ fn an_unlock_a_node_missed_is_retried_in_the_background() {
     ];
     let ttl = Duration::from_secs(8);
     let holder = lock(&urls, "unlock-retry", ttl);
-    // Connected, and every node past its first-contact guard.
+    // Every node past its first-contact guard: one that a first round
+    // missed would grant nothing until its window passed.
+    lift_every_guard(&urls);
     drop(holder.write(None).unwrap());
     let held = holder.write(None).unwrap();
     let third = servers[2].as_ref().unwrap();
