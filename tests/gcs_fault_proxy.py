@@ -18,7 +18,26 @@ at once, so every request of the lock fetches a new one. Control endpoints
   closed before passing it on), ``"lose_reply"`` (passed on and applied
   upstream, then the reply is dropped and the connection closed) or
   ``"slow:<seconds>"`` (held that long, then passed on);
-- ``GET /_proxy/stats``: requests per operation seen here.
+- ``GET /_proxy/stats``: requests per operation seen here, and under
+  ``"bearers"`` every distinct ``Authorization`` header that came with a
+  storage request.
+
+It also plays the other endpoints credentials talk to, each answering with
+a token that names how it was obtained, so a test can tell from the bearer
+that reached storage which way it came:
+
+- ``POST /sts/v1/token``: Google's STS (``token_url`` of an
+  ``external_account``): ``sts:<subject_token>``;
+- ``POST /iam/...:generateAccessToken``: IAM credentials
+  (``service_account_impersonation_url``): ``impersonated:<bearer it got>``;
+- ``GET /subject``: a URL-sourced subject token, ``{"value": "url-subject"}``
+  (only with the header ``X-Subject: yes``);
+- ``GET /computeMetadata/v1/instance/service-accounts/default/token``: the
+  metadata server (``GCE_METADATA_HOST``), ``metadata`` (only with
+  ``Metadata-Flavor: Google``).
+
+``POST /sts/v1/token`` answers 400 ``invalid_grant`` for the subject token
+``refused``, as STS does for a token it does not trust.
 """
 
 from __future__ import annotations
@@ -32,7 +51,7 @@ import threading
 import time
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 OPS = ("create", "get", "update", "delete", "token")
 
@@ -42,6 +61,12 @@ class Faults:
         self.lock = threading.Lock()
         self.queued: list[tuple[str, str]] = []
         self.stats = dict.fromkeys(OPS, 0)
+        self.bearers: list[str] = []
+
+    def saw_bearer(self, header: str | None) -> None:
+        with self.lock:
+            if header and header not in self.bearers:
+                self.bearers.append(header)
 
     def take(self, op: str) -> str | None:
         with self.lock:
@@ -102,7 +127,11 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if path.startswith("/_proxy/"):
             return self.control(method, path, body)
+        if self.credential_endpoint(method, path, body):
+            return None
         op = operation(method, path)
+        if op and op != "token":
+            self.faults.saw_bearer(self.headers.get("Authorization"))
         fault = self.faults.take(op) if op else None
         if fault in ("503", "429"):
             status = int(fault)
@@ -120,6 +149,48 @@ class Handler(BaseHTTPRequestHandler):
             return self.hang_up()
         self.upstream_date = headers.get("Date")
         self.reply(status, answer, headers.get("Content-Type", "application/json"))
+
+    def credential_endpoint(self, method: str, path: str, body: bytes) -> bool:
+        """Answers as STS, IAM credentials, a subject token URL or the
+        metadata server; False for any other request."""
+        hour = {"expires_in": 3600, "token_type": "Bearer"}
+        if method == "POST" and path == "/sts/v1/token":
+            form = parse_qs(body.decode())
+            subject = form.get("subject_token", [""])[0]
+            if subject == "refused":
+                self.reply_json(400, {"error": "invalid_grant"})
+            else:
+                token = {
+                    "access_token": f"sts:{subject}",
+                    "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+                    **hour,
+                }
+                self.reply_json(200, token)
+        elif method == "POST" and path.endswith(":generateAccessToken"):
+            bearer = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+            expires = time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600)
+            )
+            self.reply_json(
+                200, {"accessToken": f"impersonated:{bearer}", "expireTime": expires}
+            )
+        elif method == "GET" and path == "/subject":
+            if self.headers.get("X-Subject") != "yes":
+                self.reply_json(403, {"error": "missing header"})
+            else:
+                self.reply_json(200, {"value": "url-subject"})
+        elif path.startswith("/computeMetadata/"):
+            if self.headers.get("Metadata-Flavor") != "Google":
+                self.reply_json(403, {"error": "missing Metadata-Flavor"})
+            elif path.endswith("/service-accounts/default/token"):
+                self.reply_json(200, {"access_token": "metadata", **hour})
+            elif path.endswith("/universe/universe-domain"):
+                self.reply(200, b"googleapis.com", "text/plain")
+            else:
+                self.reply_json(404, {"error": path})
+        else:
+            return False
+        return True
 
     def pass_on(self, method: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
         connection = http.client.HTTPConnection(self.upstream, timeout=30)
@@ -147,7 +218,8 @@ class Handler(BaseHTTPRequestHandler):
                 )
             elif path != "/_proxy/stats":
                 return self.reply_json(404, {"error": path})
-            stats = dict(faults.stats)
+            stats: dict[str, object] = dict(faults.stats)
+            stats["bearers"] = list(faults.bearers)
         self.reply_json(200, stats)
 
     do_GET = do_POST = do_PATCH = do_DELETE = handle_any

@@ -20,8 +20,10 @@ const LOST: &str =
 /// held, the object is refreshed in the background; ``healthy`` and
 /// ``check_health()`` tell whether the lock may have been lost since. The
 /// bucket must exist. Credentials: Application Default Credentials, or
-/// ``cloud_storage_options={"credentials": "/path/key.json"}``;
-/// ``STORAGE_EMULATOR_HOST`` selects an emulator.
+/// ``cloud_storage_options={"credentials": "/path/credentials.json"}`` (or
+/// the file's dict): a service-account key, ``authorized_user``,
+/// ``impersonated_service_account`` or ``external_account`` (Workload
+/// Identity Federation); ``STORAGE_EMULATOR_HOST`` selects an emulator.
 ///
 /// >>> lock = Lock(bucket_name="my-bucket", path="locks/deploy", ttl=300.0)
 /// >>> with lock:

@@ -4,11 +4,12 @@ by the fault-injecting proxy in front of it)."""
 
 from __future__ import annotations
 
-import shutil
+import json
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import lockyard
@@ -211,20 +212,14 @@ def test_unlock_after_a_delete_whose_reply_was_lost_returns_true(
     assert not lock.locked()
 
 
-def service_account_key(token_uri: str) -> dict[str, str]:
-    """A throwaway key whose token endpoint is `token_uri`."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl makes the throwaway service-account key")
-    pem = subprocess.run(
-        ["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+def user_credentials(token_uri: str) -> dict[str, str]:
+    """gcloud's user credentials (``authorized_user``), whose token endpoint
+    is `token_uri`."""
     return {
-        "type": "service_account",
-        "client_email": "lock-tests@example.iam.gserviceaccount.com",
-        "private_key": pem,
+        "type": "authorized_user",
+        "client_id": "lock-tests.apps.googleusercontent.com",
+        "client_secret": "not-a-secret",
+        "refresh_token": "refresh",
         "token_uri": token_uri,
     }
 
@@ -234,16 +229,43 @@ def test_a_failing_token_endpoint_is_retried_like_any_transient_error(
 ) -> None:
     monkeypatch.delenv("STORAGE_EMULATOR_HOST")
     options = {
-        "credentials": service_account_key(f"http://{proxy.host}/token"),
+        "credentials": user_credentials(f"http://{proxy.host}/token"),
         "endpoint": f"http://{proxy.host}",
     }
     lock = Lock(
         bucket_name="locks", path="a", ttl=10.0, cloud_storage_options=options, **FAST
     )
-    proxy.inject("token", "503", 12)  # more than gcp_auth's own five tries
+    proxy.inject("token", "503", 12)  # more than the credentials' own retries
     assert lock.acquire(timeout=30)
     proxy.inject("token", "503", 12)
     assert lock.unlock() is True, "released, not left for its ttl"
     stats = proxy.call("GET", "/_proxy/stats")
     assert isinstance(stats, dict) and stats["token"] >= 24
     assert not lock.locked()
+
+
+def test_workload_identity_federation_authorizes_through_sts(
+    proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An ``external_account`` file as GitHub Actions' google-github-actions/auth
+    writes it: the CI's OIDC token in a file, exchanged at STS."""
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    (tmp_path / "oidc").write_text("ci-oidc-token")
+    credentials = {
+        "type": "external_account",
+        "audience": "//iam.googleapis.com/projects/1/locations/global/"
+        "workloadIdentityPools/ci/providers/github",
+        "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+        "token_url": f"http://{proxy.host}/sts/v1/token",
+        "credential_source": {"file": str(tmp_path / "oidc")},
+    }
+    (tmp_path / "credentials.json").write_text(json.dumps(credentials))
+    options = {
+        "credentials": str(tmp_path / "credentials.json"),
+        "endpoint": f"http://{proxy.host}",
+    }
+    lock = Lock(bucket_name="locks", path="wif", cloud_storage_options=options, **FAST)
+    assert lock.acquire(timeout=10)
+    assert lock.unlock() is True
+    stats = proxy.call("GET", "/_proxy/stats")
+    assert isinstance(stats, dict) and stats["bearers"] == ["Bearer sts:ci-oidc-token"]

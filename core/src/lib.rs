@@ -36,7 +36,7 @@
 //! | feature  | module             | what it adds                                              |
 //! |----------|--------------------|-----------------------------------------------------------|
 //! | `redis`  | `lockyard::redis`  | `Lock`, `WaitGroup`, `Session`, `Election`, `exclusive`   |
-//! | `gcs`    | `lockyard::gcs`    | `Lock` on Google Cloud Storage (brings reqwest, gcp_auth) |
+//! | `gcs`    | `lockyard::gcs`    | `Lock` on Google Cloud Storage (brings reqwest, google-cloud-auth) |
 //! | `quorum` | `lockyard::quorum` | `RwLock` over N Redis servers; implies `redis`            |
 //!
 //! A Redis-only build, with no HTTP stack:

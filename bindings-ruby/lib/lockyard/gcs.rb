@@ -42,8 +42,10 @@ module Lockyard
       # @param backoff_min [Numeric] @param backoff_max [Numeric]
       # @param backoff_multiplier [Numeric] waits of a waiter (decorrelated jitter)
       # @param object_acl [String, Symbol, nil] predefined ACL of the lock object
-      # @param cloud_storage_options [Hash, nil] +credentials+/+keyfile+ (key file path
-      #   or its Hash), +emulator_host+, +endpoint+, +timeout+; +project_id+ is ignored
+      # @param cloud_storage_options [Hash, nil] +credentials+/+keyfile+ (a credentials
+      #   file's path or its Hash: service-account key, authorized_user,
+      #   impersonated_service_account or external_account), +emulator_host+,
+      #   +endpoint+, +timeout+; +project_id+ is ignored
       # @param cloud_storage_bucket_options [Hash, nil] +user_project+
       # @param timeout [Numeric, nil] default wait of {#lock}; nil waits forever
       # @raise [Lockyard::ConfigError]

@@ -1,36 +1,39 @@
 //! Where requests go and how they are authorized, decided the way Google's
 //! own client libraries decide it: `STORAGE_EMULATOR_HOST` (with or without
 //! a scheme) means an emulator and no credentials at all; otherwise the
-//! JSON API at storage.googleapis.com with an OAuth token from an explicit
-//! service-account key, or from Application Default Credentials
-//! (`GOOGLE_APPLICATION_CREDENTIALS`, gcloud's user credentials, the
-//! GCE/GKE metadata server). Tokens come from `gcp_auth`, which caches and
-//! renews them; nothing here signs a JWT itself.
+//! JSON API at storage.googleapis.com with an OAuth token from explicit
+//! credentials (a file or its JSON, of any type Google's libraries take), or
+//! from Application Default Credentials (`GOOGLE_APPLICATION_CREDENTIALS`,
+//! gcloud's credentials, the GCE/GKE metadata server). Tokens come from
+//! Google's `google-cloud-auth`, which caches and renews them and speaks
+//! every credential type: service-account keys (self-signed JWTs),
+//! `authorized_user`, `impersonated_service_account`, and `external_account`
+//! — Workload Identity Federation, how CI systems authenticate without keys.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::Duration;
 
-use gcp_auth::{CustomServiceAccount, TokenProvider};
+use google_cloud_auth::credentials::{
+    external_account, impersonated, service_account, user_account, AccessTokenCredentials, Builder,
+};
+use google_cloud_auth::errors::CredentialsError;
+use serde_json::Value;
 
 use super::store::{with_causes, StoreError};
 
 const SCOPE: &str = "https://www.googleapis.com/auth/devstorage.read_write";
 const GOOGLE: &str = "https://storage.googleapis.com";
-/// How long a token endpoint that answers with an error status is taken for
-/// briefly failing (a 5xx, a 429) before it is taken for refusing our
-/// credentials: gcp_auth does not say which status it got.
-const TOKEN_REFUSALS_TOLERATED: Duration = Duration::from_secs(60);
 
 /// Which credentials authorize requests to the real service.
 #[derive(Clone, Debug)]
 pub(crate) enum Credentials {
     /// Application Default Credentials.
     Default,
-    /// A service-account key file.
-    KeyFile(PathBuf),
-    /// The contents of a service-account key file.
-    KeyJson(String),
+    /// A credentials file (any type, see the module's doc).
+    File(PathBuf),
+    /// The contents of a credentials file.
+    Json(String),
 }
 
 /// The base URL of the JSON API and whether it wants a token.
@@ -71,89 +74,142 @@ fn with_scheme(host: &str) -> String {
     }
 }
 
-/// Hands out `Authorization` headers. The token provider is created on the
+/// Hands out `Authorization` headers. The credentials are built on the
 /// first request (never while validating options), again in a forked child
-/// (its connections belong to the parent's runtime).
+/// (their connections belong to the parent's runtime).
 pub(crate) struct Auth {
     credentials: Credentials,
-    provider: Mutex<Option<(u32, Arc<dyn TokenProvider>)>>,
-    /// Since when the token endpoint has answered every request with an
-    /// error status (None: its last answer was a token).
-    refused_since: Mutex<Option<Instant>>,
+    /// How long one token request may take.
+    timeout: Duration,
+    provider: Mutex<Option<(u32, AccessTokenCredentials)>>,
 }
 
 impl Auth {
-    pub(crate) fn new(credentials: Credentials) -> Self {
+    pub(crate) fn new(credentials: Credentials, timeout: Duration) -> Self {
         Auth {
             credentials,
+            timeout,
             provider: Mutex::new(None),
-            refused_since: Mutex::new(None),
         }
     }
 
     pub(crate) async fn header(&self) -> Result<String, StoreError> {
-        let provider = self.provider().await?;
-        let token = provider
-            .token(&[SCOPE])
+        let provider = self.provider()?;
+        let token = tokio::time::timeout(self.timeout, provider.access_token())
             .await
-            .map_err(|e| self.token_error(e))?;
-        *self.refused_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        Ok(format!("Bearer {}", token.as_str()))
-    }
-
-    /// A token endpoint or metadata server that is briefly down must not
-    /// end an acquire or leave a lock object behind on release: those
-    /// failures are transient, like a 503 from Cloud Storage itself.
-    fn token_error(&self, error: gcp_auth::Error) -> StoreError {
-        let message = format!("getting an access token failed: {}", with_causes(&error));
-        match error {
-            // Could not connect, or the answer broke off: ask again.
-            gcp_auth::Error::Other("HTTP request failed", _) | gcp_auth::Error::Http(..) => {
-                StoreError::Transient(message)
-            }
-            // An error status: a 5xx or 429 passes, refused credentials do not.
-            gcp_auth::Error::Str("token request failed") => {
-                let mut since = self.refused_since.lock().unwrap_or_else(|e| e.into_inner());
-                let refusing_for = since.get_or_insert_with(Instant::now).elapsed();
-                if refusing_for < TOKEN_REFUSALS_TOLERATED {
-                    StoreError::Transient(format!(
-                        "{message} (the token endpoint answered with an error status)"
-                    ))
-                } else {
-                    StoreError::Permanent(format!(
-                        "{message}: the token endpoint has refused every request for {refusing_for:.0?}; are the credentials still valid?"
-                    ))
+            .map_err(|_| {
+                StoreError::Transient(format!(
+                    "getting an access token ({}) took longer than {:?}",
+                    self.source(),
+                    self.timeout
+                ))
+            })
+            .and_then(|token| token.map_err(|e| self.token_error(e)));
+        match token {
+            Ok(token) => Ok(format!("Bearer {}", token.token)),
+            Err(e) => {
+                // The crate's token cache hands out a transient failure
+                // again until its next scheduled refresh, seconds away; the
+                // lock's own backoff decides when to ask again, so the next
+                // request starts from fresh credentials.
+                if matches!(e, StoreError::Transient(_)) {
+                    self.provider
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take();
                 }
+                Err(e)
             }
-            _ => StoreError::Permanent(message),
         }
     }
 
-    async fn provider(&self) -> Result<Arc<dyn TokenProvider>, StoreError> {
+    /// A token endpoint, STS or metadata server that is briefly down (no
+    /// connection, a 5xx, a 429) must not end an acquire or leave a lock
+    /// object behind on release: the crate calls those transient, and so
+    /// do we, as for a 503 from Cloud Storage itself. A refusal (a 4xx:
+    /// revoked key, wrong audience, an expired subject token) is not.
+    fn token_error(&self, error: CredentialsError) -> StoreError {
+        let message = format!(
+            "getting an access token ({}) failed: {}",
+            self.source(),
+            with_causes(&error)
+        );
+        match error.is_transient() {
+            true => StoreError::Transient(message),
+            false => StoreError::Permanent(message),
+        }
+    }
+
+    /// Where the credentials come from, for messages.
+    fn source(&self) -> String {
+        match &self.credentials {
+            Credentials::Default => "Application Default Credentials".to_owned(),
+            Credentials::File(path) => format!("credentials file {}", path.display()),
+            Credentials::Json(_) => "credentials JSON".to_owned(),
+        }
+    }
+
+    fn provider(&self) -> Result<AccessTokenCredentials, StoreError> {
         let pid = std::process::id();
-        if let Some((owner, provider)) = self
-            .provider
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+        let mut slot = self.provider.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((owner, provider)) = slot.as_ref() {
             if *owner == pid {
                 return Ok(provider.clone());
             }
         }
-        let bad = |e: gcp_auth::Error| StoreError::Permanent(format!("credentials: {e}"));
-        let provider: Arc<dyn TokenProvider> = match &self.credentials {
-            Credentials::Default => gcp_auth::provider().await.map_err(bad)?,
-            Credentials::KeyFile(path) => {
-                Arc::new(CustomServiceAccount::from_file(path).map_err(bad)?)
-            }
-            Credentials::KeyJson(json) => {
-                Arc::new(CustomServiceAccount::from_json(json).map_err(bad)?)
-            }
-        };
-        *self.provider.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, provider.clone()));
+        let provider = self.build().map_err(|message| {
+            StoreError::Permanent(format!("credentials ({}): {message}", self.source()))
+        })?;
+        *slot = Some((pid, provider.clone()));
         Ok(provider)
     }
+
+    fn build(&self) -> Result<AccessTokenCredentials, String> {
+        let json = match &self.credentials {
+            Credentials::Default => {
+                return Builder::default()
+                    .with_scopes([SCOPE])
+                    .build_access_token_credentials()
+                    .map_err(|e| with_causes(&e));
+            }
+            Credentials::File(path) => std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+            Credentials::Json(json) => json.clone(),
+        };
+        from_json(&json)
+    }
+}
+
+/// Credentials from the JSON of a credentials file, by its `type`, as
+/// Application Default Credentials would read the same file.
+fn from_json(json: &str) -> Result<AccessTokenCredentials, String> {
+    let value: Value = serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
+    let kind = value
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or("no \"type\" field")?
+        .to_owned();
+    let built = match kind.as_str() {
+        "service_account" => service_account::Builder::new(value)
+            .with_access_specifier(service_account::AccessSpecifier::from_scopes([SCOPE]))
+            .build_access_token_credentials(),
+        "authorized_user" => user_account::Builder::new(value)
+            .with_scopes([SCOPE])
+            .build_access_token_credentials(),
+        "impersonated_service_account" => impersonated::Builder::new(value)
+            .with_scopes([SCOPE])
+            .build_access_token_credentials(),
+        "external_account" => external_account::Builder::new(value)
+            .with_scopes([SCOPE])
+            .build_access_token_credentials(),
+        other => {
+            return Err(format!(
+                "unsupported credentials type {other:?} (service_account, authorized_user, \
+                 impersonated_service_account and external_account are)"
+            ))
+        }
+    };
+    built.map_err(|e| format!("{kind}: {}", with_causes(&e)))
 }
 
 #[cfg(test)]

@@ -113,14 +113,17 @@ impl LockBuilder {
         self.object_acl = Some(acl.into());
         self
     }
-    /// A service-account key file instead of Application Default Credentials.
+    /// A credentials file instead of Application Default Credentials: a
+    /// service-account key, `authorized_user`, `impersonated_service_account`
+    /// or `external_account` (Workload Identity Federation).
     pub fn credentials_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.credentials = Credentials::KeyFile(path.into());
+        self.credentials = Credentials::File(path.into());
         self
     }
-    /// The contents of a service-account key file.
+    /// The contents of a credentials file (see
+    /// [`LockBuilder::credentials_file`]).
     pub fn credentials_json(mut self, json: impl Into<String>) -> Self {
-        self.credentials = Credentials::KeyJson(json.into());
+        self.credentials = Credentials::Json(json.into());
         self
     }
     /// An emulator (`host:port` or a URL), reached without credentials;
@@ -189,7 +192,7 @@ impl LockBuilder {
                         self.emulator_host.as_deref(),
                         self.endpoint.as_deref(),
                     ),
-                    auth: Auth::new(self.credentials),
+                    auth: Auth::new(self.credentials, self.request_timeout),
                     predefined_acl,
                     user_project: self.user_project,
                     request_timeout: self.request_timeout,

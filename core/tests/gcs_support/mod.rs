@@ -3,6 +3,8 @@
 //! update) with fault injection, and a fake-gcs-server of our own.
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
