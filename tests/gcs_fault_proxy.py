@@ -7,9 +7,9 @@ to the client exactly as the network or Google would make it look:
 
     python tests/gcs_fault_proxy.py --upstream 127.0.0.1:N
 
-prints ``port <N>`` once listening. ``POST /token`` answers as a token
-endpoint (``token_uri`` of a service-account key) with a token that expires
-at once, so every request of the lock fetches a new one. Control endpoints
+prints ``port <N>`` once listening. ``POST /token`` answers as an OAuth token
+endpoint (``token_uri`` of ``authorized_user`` credentials) with a token
+for an hour. Control endpoints
 (JSON bodies):
 
 - ``POST /_proxy/faults {"op": OP, "fault": F, "times": n}`` where OP is
@@ -142,7 +142,7 @@ class Handler(BaseHTTPRequestHandler):
         if fault and fault.startswith("slow:"):
             time.sleep(float(fault[5:]))
         if op == "token":
-            token = {"access_token": "proxy", "expires_in": 1, "token_type": "Bearer"}
+            token = {"access_token": "proxy", "expires_in": 3600, "token_type": "Bearer"}
             return self.reply_json(200, token)
         status, headers, answer = self.pass_on(method, body)
         if fault == "lose_reply":

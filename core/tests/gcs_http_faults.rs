@@ -38,7 +38,9 @@ impl Gcs {
 }
 
 /// Issue 21, case 7: the token endpoint fails for longer than the
-/// credentials' own retries. Acquire and release ride it out like any 503.
+/// credentials' own retries. Acquire rides it out like any 503. (Tokens
+/// last an hour and are renewed minutes early, so a release rarely meets
+/// the token endpoint at all.)
 #[test]
 fn a_failing_token_endpoint_is_retried_like_any_transient_error() {
     let Some(gcs) = Gcs::start() else { return };
@@ -47,7 +49,10 @@ fn a_failing_token_endpoint_is_retried_like_any_transient_error() {
     let started = Instant::now();
     let acquired = lock.acquire_interruptibly(Some(Duration::from_secs(30)), &|| false);
     assert!(acquired.unwrap(), "after {:?}", started.elapsed());
-    gcs.inject("token", "503", 12);
+    assert!(
+        gcs.http.stats()["token"].as_u64().unwrap() >= 13,
+        "12 failures, then a token"
+    );
     assert!(lock.release().unwrap(), "released, not left for its ttl");
     assert!(!lock.locked().unwrap());
 }
