@@ -355,3 +355,54 @@ fn a_quorum_lock_refuses_sentinel_urls() {
     let built = lockyard::quorum::RwLock::builder(urls, "index").build();
     assert!(matches!(built, Err(Error::Config(_))));
 }
+
+/// Found by review: the sentinels name the promoted master, whose ROLE
+/// check fails for a moment (slow right after its promotion), while the
+/// deposed one, back before they demote it, still takes itself for the
+/// master. Pooled connections to it must not go on granting there while
+/// clients that reach the new one grant too.
+#[test]
+fn pooled_connections_leave_a_deposed_master_even_when_the_new_one_is_slow() {
+    let mut set = SentinelSet::start();
+    let url = set.url();
+    let quick = |name: &str| {
+        Lock::builder(&url, name)
+            .ttl(Duration::from_secs(10))
+            .connect_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap()
+    };
+    drop(acquire_after_failover(&quick("warm"))); // pools a connection
+    set.wait_for_replica();
+    set.pause_master_through_a_failover();
+    // set.master is the promoted one now, set.replica the deposed one.
+    assert_eq!(set.replica.role(), "master", "the old one, not yet demoted");
+    set.master.signal("STOP");
+    let pooled = quick("split");
+    let first = pooled.try_acquire();
+    set.master.signal("CONT");
+    let Ok(Some(first)) = first else {
+        // Refused while the new master was slow: safe.
+        return;
+    };
+    let fresh = Lock::builder(&url, "split")
+        .ttl(Duration::from_secs(10))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let second = loop {
+        match fresh.try_acquire() {
+            Ok(taken) => break taken,
+            Err(Error::Backend { .. }) if started.elapsed() < Duration::from_secs(3) => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(
+        second.is_none(),
+        "two holders: one granted on the deposed master, one on the new one (first healthy: {})",
+        first.healthy()
+    );
+}

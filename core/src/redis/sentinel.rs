@@ -29,6 +29,11 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// any deployment's history.
 const MAX_EPOCH: u64 = 1 << 20;
 
+/// What a master named in `epoch` adds to server time for fencing tokens.
+fn fence_base(epoch: u64) -> u64 {
+    epoch.min(MAX_EPOCH) << 32
+}
+
 /// The node a server's requests go to, and what its grants' fencing
 /// tokens start from.
 pub(crate) struct Node {
@@ -172,6 +177,44 @@ impl Sentinels {
     /// a replica being promoted. Each step waits up to `connect_timeout`,
     /// and none starts after `give_up_at` (a caller's deadline).
     fn resolve(&self, connect_timeout: Duration, give_up_at: Option<Instant>) -> Result<Node> {
+        let (epoch, master) = self.named(connect_timeout, give_up_at)?;
+        let timeout = || match give_up_at {
+            Some(at) => connect_timeout.min(at.saturating_duration_since(Instant::now())),
+            None => connect_timeout,
+        };
+        let client = Client::open(format!(
+            "{}://{}{master}/{}",
+            self.scheme, self.master_auth, self.db
+        ))
+        .map(without_lib_name)
+        .map_err(|e| self.error(format!("master {master}: {e}")))?;
+        let role: Vec<redis::Value> = client
+            .get_connection_with_timeout(timeout().max(Duration::from_millis(1)))
+            .and_then(|mut conn| {
+                conn.set_read_timeout(Some(timeout().max(Duration::from_millis(1))))?;
+                redis::cmd("ROLE").query(&mut conn)
+            })
+            .map_err(|e| self.error(format!("the sentinels name {master} as master, but: {e}")))?;
+        match role.first() {
+            Some(redis::Value::BulkString(role)) if role == b"master" => Ok(Node {
+                client,
+                address: master,
+                fence_base: fence_base(epoch),
+            }),
+            _ => Err(self.error(format!(
+                "the sentinels name {master} as master, but it is not one (failover under way?)"
+            ))),
+        }
+    }
+
+    /// The master the sentinels name (address) and the config epoch they
+    /// name it in, as [`Sentinels::resolve`] asks them, without asking the
+    /// master itself.
+    fn named(
+        &self,
+        connect_timeout: Duration,
+        give_up_at: Option<Instant>,
+    ) -> Result<(u64, String)> {
         let timeout = || match give_up_at {
             Some(at) => connect_timeout.min(at.saturating_duration_since(Instant::now())),
             None => connect_timeout,
@@ -205,35 +248,12 @@ impl Sentinels {
         }
         answered.append(&mut silent);
         *self.addresses() = answered;
-        let Some((epoch, master)) = newest else {
-            return Err(self.error(format!(
+        newest.ok_or_else(|| {
+            self.error(format!(
                 "no sentinel named the master: {}",
                 failures.join("; ")
-            )));
-        };
-        let client = Client::open(format!(
-            "{}://{}{master}/{}",
-            self.scheme, self.master_auth, self.db
-        ))
-        .map(without_lib_name)
-        .map_err(|e| self.error(format!("master {master}: {e}")))?;
-        let role: Vec<redis::Value> = client
-            .get_connection_with_timeout(timeout().max(Duration::from_millis(1)))
-            .and_then(|mut conn| {
-                conn.set_read_timeout(Some(timeout().max(Duration::from_millis(1))))?;
-                redis::cmd("ROLE").query(&mut conn)
-            })
-            .map_err(|e| self.error(format!("the sentinels name {master} as master, but: {e}")))?;
-        match role.first() {
-            Some(redis::Value::BulkString(role)) if role == b"master" => Ok(Node {
-                client,
-                address: master,
-                fence_base: epoch.min(MAX_EPOCH) << 32,
-            }),
-            _ => Err(self.error(format!(
-                "the sentinels name {master} as master, but it is not one (failover under way?)"
-            ))),
-        }
+            ))
+        })
     }
 
     /// One sentinel's master for our name (`host:port`) and its config
@@ -359,8 +379,15 @@ impl Discovery {
         if !self.recheck_due() {
             return true;
         }
-        self.master(give_up_at)
-            .map_or(true, |master| Arc::ptr_eq(&master, node))
+        *self.asked_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        // Whatever the new master says to its ROLE check (slow right after
+        // its promotion, unreachable from here), once the sentinels name
+        // another, this one must get no more requests: it may still take
+        // itself for the master, and grant what the new one grants too.
+        match self.sentinels.named(self.connect_timeout, give_up_at) {
+            Ok((epoch, address)) => address == node.address && fence_base(epoch) == node.fence_base,
+            Err(_) => true,
+        }
     }
 
     /// Whether `node` is still the master as far as this process knows.
