@@ -14,24 +14,44 @@ pub(crate) fn define(lockyard: RModule) -> Result<(), Error> {
     let watch = lockyard.define_module("ThreadWatch")?;
     watch.define_singleton_method("owners_holding", function!(owners_holding, 0))?;
     watch.define_singleton_method("owner_ended", function!(owner_ended, 1))?;
+    watch.define_singleton_method("watcher_failed", function!(watcher_failed, 0))?;
     Ok(())
 }
 
 /// Passes an acquisition's outcome through; after a grant, ties the
 /// calling Fiber to its Thread and starts the watcher if it is not running.
+/// Never raises once granted: the caller must learn it holds the lock. A
+/// watcher that cannot be started (an interrupt landing in `Thread.new`)
+/// is started by the next grant, and said so in a warning.
 pub(crate) fn granted(ruby: &Ruby, acquired: Result<bool, Error>) -> Result<bool, Error> {
     let acquired = acquired?;
     if acquired {
         let thread = ruby.thread_current();
-        let owner: u64 = thread.funcall("object_id", ())?;
+        // Thread#object_id is Kernel's: it neither raises nor runs user code.
+        let owner = thread
+            .funcall::<_, _, u64>("object_id", ())
+            .unwrap_or_default();
         lockyard::owners::note_owner(current_fiber(ruby), owner);
-        let watch: RModule = ruby
-            .class_object()
-            .const_get::<_, RModule>("Lockyard")?
-            .const_get("ThreadWatch")?;
-        let _: Value = watch.funcall("watch", ())?;
+        if lockyard::owners::watcher_needed() {
+            if let Err(e) = start_watcher(ruby) {
+                lockyard::owners::watcher_failed();
+                let message = format!("lockyard: the thread watcher did not start: {e}");
+                let _: Result<Value, Error> = ruby.module_kernel().funcall("warn", (message,));
+            }
+        }
     }
     Ok(acquired)
+}
+
+/// `Lockyard::ThreadWatch.start`: `Thread.new`, which a trap handler may
+/// call (unlike `Mutex#synchronize`).
+fn start_watcher(ruby: &Ruby) -> Result<(), Error> {
+    let watch: RModule = ruby
+        .class_object()
+        .const_get::<_, RModule>("Lockyard")?
+        .const_get("ThreadWatch")?;
+    let _: Value = watch.funcall("start", ())?;
+    Ok(())
 }
 
 /// The object ids of the Threads whose fibers hold something.
@@ -43,4 +63,10 @@ fn owners_holding() -> Vec<u64> {
 /// in the background. What was held, for the watcher's warning.
 fn owner_ended(owner: u64) -> Vec<String> {
     lockyard::owners::owner_ended(owner)
+}
+
+/// The watcher ended by an exception (killed, raised into): the next grant
+/// starts another.
+fn watcher_failed() {
+    lockyard::owners::watcher_failed();
 }

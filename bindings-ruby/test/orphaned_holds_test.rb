@@ -178,4 +178,38 @@ class OrphanedHoldsTest < Minitest::Test
     3.times { GC.start }
     sleep 0.05
   end
+
+  # Found by review: a grant in a signal trap (a graceful-shutdown handler)
+  # raised ThreadError from the watcher's Mutex after the grant was made,
+  # so the caller was told it failed while it held the lock.
+  def test_a_lock_taken_in_a_trap_handler_reports_its_grant
+    lock = new_lock
+    outcome = []
+    previous = Signal.trap(:USR2) do
+      outcome << lock.try_lock
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      outcome << e
+    end
+    Process.kill(:USR2, Process.pid)
+    sleep 0.01 until outcome.any?
+    assert_equal [true], outcome
+    lock.unlock
+  ensure
+    Signal.trap(:USR2, previous || "DEFAULT")
+  end
+
+  def test_synchronize_in_a_trap_handler_runs_its_block
+    lock = new_lock
+    outcome = []
+    previous = Signal.trap(:USR2) do
+      outcome << lock.synchronize(timeout: 1) { :ran }
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      outcome << e
+    end
+    Process.kill(:USR2, Process.pid)
+    sleep 0.01 until outcome.any?
+    assert_equal [:ran], outcome
+  ensure
+    Signal.trap(:USR2, previous || "DEFAULT")
+  end
 end

@@ -240,4 +240,26 @@ class SessionTest < Minitest::Test
       Process.wait(pid)
     end
   end
+
+  # Found by review: a lock kept no reference to its session, so collecting
+  # a session referenced only by the lock destroyed it under the holder.
+  def test_a_held_lock_keeps_its_session_alive
+    name = "test-#{SecureRandom.hex(6)}"
+    url = redis.url
+    lock = Fiber.new do
+      # The session is referenced from this Fiber's stack only.
+      Lockyard::Redis::Lock.new(url: url, name: name,
+                                session: Lockyard::Redis::Session.new(url: url, ttl: 5, lock_delay: 0))
+    end.resume
+    lock.lock
+    3.times { GC.start }
+    sleep 0.3
+    other = new_lock(name: name)
+    taken = other.try_lock
+    other.unlock if taken
+    refute taken, "another holder took #{name} while this one still holds it (healthy? #{lock.healthy?})"
+    assert lock.healthy?
+  ensure
+    lock&.unlock
+  end
 end

@@ -21,6 +21,7 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::identity::binding_holder;
@@ -40,6 +41,26 @@ static TABLES: Mutex<Vec<Weak<dyn Holders>>> = Mutex::new(Vec::new());
 
 /// The owner of each holder noted since it last held nothing.
 static OWNER_OF: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
+
+/// The process whose watcher runs (0: none), so that a forked child, where
+/// the parent's watcher does not exist, starts its own.
+static WATCHER: AtomicU32 = AtomicU32::new(0);
+
+/// Whether the caller, having just noted an owner, must start a watcher:
+/// true when none runs in this process, and then not again until
+/// [`owners_holding`] finds nothing to watch (or [`watcher_failed`]). An
+/// atomic, not a lock: a binding may be called where it cannot take one
+/// (a Ruby trap handler).
+pub fn watcher_needed() -> bool {
+    let pid = std::process::id();
+    WATCHER.swap(pid, Ordering::SeqCst) != pid
+}
+
+/// The watcher that [`watcher_needed`] asked for could not be started:
+/// the next grant asks again.
+pub fn watcher_failed() {
+    let _ = WATCHER.compare_exchange(std::process::id(), 0, Ordering::SeqCst, Ordering::SeqCst);
+}
 
 /// Lets owners' ends reach `table`'s holds while it lives.
 pub(crate) fn register(table: Weak<dyn Holders>) {
@@ -67,19 +88,22 @@ pub fn note_owner(key: u64, owner: u64) {
 }
 
 /// The owners whose holders hold something in this process: the ones to
-/// watch. Empty when there is nothing to watch (a watcher may stop until
-/// the next [`note_owner`]). Forgets holders that hold nothing any more.
+/// watch. Empty when there is nothing to watch: the watcher must then stop,
+/// and the next [`note_owner`]'s [`watcher_needed`] starts another (decided
+/// under the same lock as `note_owner`, so no owner is left unwatched).
+/// Forgets holders that hold nothing any more.
 pub fn owners_holding() -> Vec<u64> {
     let mut holding = HashSet::new();
     for table in live_tables() {
         table.holding(&mut holding);
     }
     let mut owner_of = owner_of();
-    let Some(owners) = owner_of.as_mut() else {
-        return Vec::new();
-    };
+    let owners = owner_of.get_or_insert_with(HashMap::new);
     owners.retain(|holder, _| holding.contains(holder));
     let distinct: HashSet<u64> = owners.values().copied().collect();
+    if distinct.is_empty() {
+        watcher_failed();
+    }
     distinct.into_iter().collect()
 }
 

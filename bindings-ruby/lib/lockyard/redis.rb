@@ -40,8 +40,12 @@ module Lockyard
       # @raise [Lockyard::ConfigError]
       def self.new(url:, name:, session: nil, value: nil, ttl: session ? nil : 30, timeout: nil,
                    refresh_interval: nil, max_refresh_fails: 3, identity_prefix: nil, connect_timeout: 5)
-        build(url, name, ttl, timeout, refresh_interval, max_refresh_fails, identity_prefix, connect_timeout,
-              session, value)
+        lock = build(url, name, ttl, timeout, refresh_interval, max_refresh_fails, identity_prefix, connect_timeout,
+                     session, value)
+        # The lock lives under the session: collecting the session while
+        # the lock is in use would destroy it under the lock's holder.
+        lock.instance_variable_set(:@session, session) if session
+        lock
       end
       private_class_method :build
 
@@ -171,7 +175,10 @@ module Lockyard
     class Election
       # @raise [Lockyard::ConfigError] for a bad name or a destroyed session
       def self.new(url:, name:, session:)
-        build(url, name, session)
+        election = build(url, name, session)
+        # Leadership lives under the session: keep it while the election does.
+        election.instance_variable_set(:@session, session)
+        election
       end
       private_class_method :build
 

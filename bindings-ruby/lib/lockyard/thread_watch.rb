@@ -19,38 +19,29 @@ module Lockyard
     # How often the watcher looks for dead threads.
     PERIOD = 0.2
 
-    @mutex = Mutex.new
-    @watcher = nil
-
     class << self
-      private :owners_holding, :owner_ended
+      private :owners_holding, :owner_ended, :watcher_failed
 
-      # Called by the native half after each grant: starts the watcher
-      # unless it runs.
-      def watch
-        @mutex.synchronize do
-          @watcher = start unless @watcher&.alive?
+      # Called by the native half after a grant, when core says no watcher
+      # runs in this process (an atomic, not a Mutex: grants happen in trap
+      # handlers too, where Mutex#synchronize raises).
+      def start
+        watcher = Thread.new do
+          sleep PERIOD while sweep
+        rescue Exception # rubocop:disable Lint/RescueException
+          watcher_failed # killed or raised into: the next grant starts another
+          raise
         end
+        watcher.name = "lockyard-thread-watch"
         nil
       end
 
       private
 
-      def start
-        watcher = Thread.new { sleep PERIOD while sweep }
-        watcher.name = "lockyard-thread-watch"
-        watcher
-      end
-
       # Releases what dead threads held; false, ending the watcher, once no
-      # thread holds anything. Asked under the mutex, so a grant noted after
-      # the answer finds the watcher gone and starts another.
+      # thread holds anything (core then lets the next grant start another).
       def sweep
-        holding = @mutex.synchronize do
-          owners = owners_holding
-          @watcher = nil if owners.empty?
-          owners
-        end
+        holding = owners_holding
         return false if holding.empty?
 
         dead = holding - Thread.list.map(&:object_id)
