@@ -20,23 +20,25 @@ pub(crate) fn define(lockyard: RModule) -> Result<(), Error> {
 
 /// Passes an acquisition's outcome through; after a grant, ties the
 /// calling Fiber to its Thread and starts the watcher if it is not running.
-/// Never raises once granted: the caller must learn it holds the lock. A
-/// watcher that cannot be started (an interrupt landing in `Thread.new`)
-/// is started by the next grant, and said so in a warning.
+/// A watcher that cannot be started (`Thread.new` refused, as in an exiting
+/// program) is started by the next grant, and said so in a warning, not
+/// raised: the caller must learn it holds the lock. Only an interrupt that
+/// lands meanwhile (Thread#kill, the program's exit, Timeout) is raised,
+/// as it would be a moment later: swallowed, a killed thread never ends.
 pub(crate) fn granted(ruby: &Ruby, acquired: Result<bool, Error>) -> Result<bool, Error> {
     let acquired = acquired?;
     if acquired {
         let thread = ruby.thread_current();
-        // Thread#object_id is Kernel's: it neither raises nor runs user code.
-        let owner = thread
-            .funcall::<_, _, u64>("object_id", ())
-            .unwrap_or_default();
+        let owner: u64 = thread.funcall("object_id", ())?;
         lockyard::owners::note_owner(current_fiber(ruby), owner);
         if lockyard::owners::watcher_needed() {
             if let Err(e) = start_watcher(ruby) {
                 lockyard::owners::watcher_failed();
+                if !e.is_kind_of(ruby.exception_standard_error()) {
+                    return Err(e);
+                }
                 let message = format!("lockyard: the thread watcher did not start: {e}");
-                let _: Result<Value, Error> = ruby.module_kernel().funcall("warn", (message,));
+                let _: Value = ruby.module_kernel().funcall("warn", (message,))?;
             }
         }
     }
