@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use lockyard::wait::InTime;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
@@ -59,7 +60,11 @@ impl RedisElection {
         let timeout = optional_seconds("timeout", timeout)?;
         self.election.wait(
             py,
-            |election, interrupted| election.campaign_interruptibly(&value, timeout, interrupted),
+            |election, interrupted| {
+                election
+                    .campaign_interruptibly(&value, timeout, interrupted)
+                    .in_time()
+            },
             |election, won| {
                 if won {
                     let _ = election.resign();
@@ -72,13 +77,8 @@ impl RedisElection {
     /// campaigner takes over at once. Logs a warning if leadership had
     /// already been lost.
     fn resign(&self, py: Python<'_>) -> PyResult<()> {
-        let name = &self.name;
-        self.election.call(py, |election| {
-            if !election.resign()? {
-                log::warn!("leadership of {name:?} had been lost before resigning");
-            }
-            Ok(())
-        })
+        self.election
+            .call(py, |election| election.resign().map(drop))
     }
 
     /// The current leader's value, or None when nobody leads. Asks Redis.

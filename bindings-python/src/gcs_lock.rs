@@ -3,16 +3,14 @@
 
 use std::time::Duration;
 
+use lockyard::wait::InTime;
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyBool, PyDict, PyString};
 
 use crate::block;
 use crate::convert::{acquire_timeout, count, optional_seconds, seconds, text};
+use crate::error;
 use crate::unlocked::Unlocked;
-use crate::{error, logging};
-
-const LOST: &str =
-    "the GCS lock had been lost before it was released: another holder may have run meanwhile";
 
 /// A distributed lock on one object in a Google Cloud Storage bucket.
 ///
@@ -137,17 +135,14 @@ impl GcsLock {
         let this = slf.get();
         let py = slf.py();
         let timeout = this.lock.call(py, |lock| Ok(lock.default_timeout()))?;
-        if this.acquire_within(py, timeout)? {
-            return Ok(slf.clone());
-        }
-        let what = this.lock.call(py, |lock| Ok(lock.identity()))?;
-        Err(error::to_py(
+        this.lock.wait(
             py,
-            lockyard::Error::Timeout {
-                what: format!("the GCS lock (as {what})"),
-                waited: timeout.unwrap_or_default(),
+            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted),
+            |lock, ()| {
+                let _ = lock.release();
             },
-        ))
+        )?;
+        Ok(slf.clone())
     }
 
     /// Releases however the block ends; never suppresses its exception,
@@ -164,12 +159,7 @@ impl GcsLock {
         // retries until the lease deadline.
         let left = self.lock.wait(
             py,
-            |lock, interrupted| {
-                if !lock.leave_interruptibly(interrupted)? {
-                    log::warn!("{LOST}");
-                }
-                Ok(())
-            },
+            |lock, interrupted| lock.leave_interruptibly(interrupted).map(drop),
             |_, ()| {},
         );
         block::exit(py, exc, left)
@@ -199,11 +189,7 @@ impl GcsLock {
     /// Interruptible (Ctrl-C): while the bucket keeps failing it retries
     /// until the lease deadline; interrupted, the object goes stale.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        if !self.unlock(py)? {
-            log::warn!("{LOST}");
-            logging::forward(py);
-        }
-        Ok(())
+        self.unlock(py).map(drop)
     }
 
     /// Releases like ``release()`` and returns whether the server still had
@@ -280,7 +266,7 @@ impl GcsLock {
     fn acquire_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
         self.lock.wait(
             py,
-            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted),
+            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted).in_time(),
             |lock, acquired| {
                 if acquired {
                     let _ = lock.release();

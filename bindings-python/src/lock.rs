@@ -3,13 +3,12 @@
 
 use std::time::Duration;
 
+use lockyard::wait::InTime;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
 use crate::block;
 use crate::convert::{acquire_timeout, lease_options, optional_seconds, text};
-use crate::error;
-use crate::logging;
 use crate::session::RedisSession;
 use crate::unlocked::Unlocked;
 
@@ -84,17 +83,14 @@ impl RedisLock {
         let this = slf.get();
         let py = slf.py();
         let timeout = this.lock.call(py, |lock| Ok(lock.default_timeout()))?;
-        if this.acquire_within(py, timeout)? {
-            Ok(slf.clone())
-        } else {
-            Err(error::to_py(
-                py,
-                lockyard::Error::Timeout {
-                    what: format!("lock {:?}", this.name),
-                    waited: timeout.unwrap_or_default(),
-                },
-            ))
-        }
+        this.lock.wait(
+            py,
+            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted),
+            |lock, ()| {
+                let _ = lock.release();
+            },
+        )?;
+        Ok(slf.clone())
     }
 
     /// Releases however the block ends: normally, by exception, ``break``
@@ -108,13 +104,7 @@ impl RedisLock {
         exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let name = &self.name;
-        let left = self.lock.call(py, |lock| {
-            if !lock.leave()? {
-                logging::lost_before_release(&format!("lock {name:?}"));
-            }
-            Ok(())
-        });
+        let left = self.lock.call(py, |lock| lock.leave().map(drop));
         block::exit(py, exc, left)
     }
 
@@ -142,13 +132,7 @@ impl RedisLock {
     /// ``lockyard`` logger: what it protected may have been touched by
     /// another holder.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        let name = &self.name;
-        self.lock.call(py, |lock| {
-            if !lock.release()? {
-                logging::lost_before_release(&format!("lock {name:?}"));
-            }
-            Ok(())
-        })
+        self.lock.call(py, |lock| lock.release().map(drop))
     }
 
     /// Whether this thread holds the lock and its lease is surely live.
@@ -211,7 +195,7 @@ impl RedisLock {
     fn acquire_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
         self.lock.wait(
             py,
-            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted),
+            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted).in_time(),
             |lock, acquired| {
                 if acquired {
                     let _ = lock.release();

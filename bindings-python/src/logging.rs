@@ -112,11 +112,3 @@ fn python_level(level: log::Level) -> u8 {
         log::Level::Trace => 5,
     }
 }
-
-/// Warns that `what` was lost before its holder released it: what it
-/// protected may have been touched by another holder.
-pub(crate) fn lost_before_release(what: &str) {
-    log::warn!(
-        "{what} had been lost before it was released: another holder may have run meanwhile"
-    );
-}

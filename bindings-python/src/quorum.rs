@@ -3,13 +3,15 @@
 
 use std::time::Duration;
 
+use lockyard::quorum::RwLock;
+use lockyard::wait::InTime;
+use lockyard::Interrupt;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
 use crate::block;
 use crate::convert::{lease_options, optional_seconds, text};
 use crate::error;
-use crate::logging;
 use crate::unlocked::Unlocked;
 
 /// A read/write lock over N independent Redis servers: many readers or one
@@ -108,13 +110,7 @@ impl QuorumRwLock {
     /// (``lockyard.NotLockedError`` if it holds none). If the lock had been
     /// lost meanwhile, logs a warning on the ``lockyard`` logger.
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        let name = &self.name;
-        self.lock.call(py, |lock| {
-            if !lock.release()? {
-                logging::lost_before_release(&format!("rw lock {name:?}"));
-            }
-            Ok(())
-        })
+        self.lock.call(py, |lock| lock.release().map(drop))
     }
 
     /// Whether this thread holds the lock and its lease is surely live on
@@ -165,13 +161,7 @@ impl QuorumRwLock {
     fn acquire(&self, py: Python<'_>, write: bool, timeout: Option<Duration>) -> PyResult<bool> {
         self.lock.wait(
             py,
-            |lock, interrupted| {
-                if write {
-                    lock.acquire_write_interruptibly(timeout, interrupted)
-                } else {
-                    lock.acquire_read_interruptibly(timeout, interrupted)
-                }
-            },
+            |lock, interrupted| take(lock, write, timeout, interrupted).in_time(),
             |lock, acquired| {
                 if acquired {
                     let _ = lock.release();
@@ -194,16 +184,14 @@ impl Held {
     fn __enter__(&self, py: Python<'_>) -> PyResult<Py<QuorumRwLock>> {
         let lock = self.lock.get();
         let timeout = lock.lock.call(py, |lock| Ok(lock.default_timeout()))?;
-        if lock.acquire(py, self.write, timeout)? {
-            return Ok(self.lock.clone_ref(py));
-        }
-        Err(error::to_py(
+        lock.lock.wait(
             py,
-            lockyard::Error::Timeout {
-                what: format!("rw lock {:?}", lock.name),
-                waited: timeout.unwrap_or_default(),
+            |lock, interrupted| take(lock, self.write, timeout, interrupted),
+            |lock, ()| {
+                let _ = lock.release();
             },
-        ))
+        )?;
+        Ok(self.lock.clone_ref(py))
     }
 
     /// Never suppresses the block's exception, nor replaces it when
@@ -216,14 +204,21 @@ impl Held {
         exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let lock = self.lock.get();
-        let name = &lock.name;
-        let left = lock.lock.call(py, |lock| {
-            if !lock.leave()? {
-                logging::lost_before_release(&format!("rw lock {name:?}"));
-            }
-            Ok(())
-        });
+        let left = self.lock.get().lock.call(py, |lock| lock.leave().map(drop));
         block::exit(py, exc, left)
+    }
+}
+
+/// Takes the write lock, or a read lock, for this thread until `timeout`.
+fn take(
+    lock: &RwLock,
+    write: bool,
+    timeout: Option<Duration>,
+    interrupted: Interrupt<'_>,
+) -> lockyard::Result<()> {
+    if write {
+        lock.acquire_write_interruptibly(timeout, interrupted)
+    } else {
+        lock.acquire_read_interruptibly(timeout, interrupted)
     }
 }

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use lockyard::redis::WaitGroup as Core;
+use lockyard::wait::InTime;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
@@ -126,7 +127,7 @@ impl RedisWaitGroup {
         let timeout = optional_seconds("timeout", timeout)?;
         self.group.wait(
             py,
-            |group, interrupted| group.wait_interruptibly(timeout, interrupted),
+            |group, interrupted| group.wait_interruptibly(timeout, interrupted).in_time(),
             |_, _| {},
         )
     }
@@ -243,15 +244,7 @@ impl Slot {
         exc: Option<&Bound<'_, PyAny>>,
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let name = &self.group.get().name;
-        let left = self.with_token(py, |group, token| {
-            if !group.leave(token)? {
-                log::warn!(
-                    "a slot of wait group {name:?} had been lost before it was freed: more than its limit may have run meanwhile"
-                );
-            }
-            Ok(())
-        });
+        let left = self.with_token(py, |group, token| group.leave(token).map(drop));
         block::exit(py, exc, left)
     }
 

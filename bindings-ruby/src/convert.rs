@@ -5,7 +5,7 @@
 use lockyard::redis::LeaseBuilder;
 use std::time::Duration;
 
-use lockyard::{Error, Result};
+use lockyard::{Deadline, Error, Result};
 use magnus::{prelude::*, Integer, RArray, RString, Ruby, TryConvert, Value};
 
 /// Seconds given as an Integer or a Float.
@@ -27,10 +27,11 @@ pub(crate) fn optional_seconds(ruby: &Ruby, what: &str, value: Value) -> Result<
     seconds(ruby, what, value).map(Some)
 }
 
-/// The timeout of a wait: seconds within the core's limit
-/// (`lockyard::MAX_WAIT`), or nil for forever.
-pub(crate) fn wait_timeout(ruby: &Ruby, value: Value) -> Result<Option<Duration>> {
-    lockyard::limits::wait(optional_seconds(ruby, "timeout", value)?)
+/// The deadline of a wait of `value` seconds (within the core's limit,
+/// `lockyard::MAX_WAIT`; nil: forever), fixed before the wait starts: a
+/// wait resumed after an interrupt that raised nothing keeps it.
+pub(crate) fn deadline(ruby: &Ruby, value: Value) -> Result<Deadline> {
+    Deadline::after(optional_seconds(ruby, "timeout", value)?).check()
 }
 
 pub(crate) fn string(what: &str, value: Value) -> Result<String> {

@@ -7,7 +7,7 @@ use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, 
 
 use crate::convert;
 use crate::errors::OrRaise;
-use crate::nogvl::{Deadline, NoGvl};
+use crate::nogvl::NoGvl;
 use crate::session::Session;
 
 #[magnus::wrap(class = "Lockyard::Redis::Election", size)]
@@ -77,22 +77,12 @@ impl Election {
         timeout: Value,
     ) -> Result<bool, Error> {
         let value = convert::string("value", value).or_raise(ruby)?;
-        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
-        let mut deadline = Deadline::new(timeout);
-        let won = rb_self
-            .core
-            .blocking(ruby, |election, interrupted| match deadline.left() {
-                Some(left) => election.campaign_interruptibly(&value, left, interrupted),
-                None => Ok(false),
-            })?;
-        if won {
-            return Ok(true);
-        }
-        Err(lockyard::Error::Timeout {
-            what: format!("election {:?}", rb_self.name),
-            waited: timeout.unwrap_or_default(),
+        let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
+        rb_self.core.blocking(ruby, |election, interrupted| {
+            election
+                .campaign_interruptibly(&value, deadline, interrupted)
+                .map(|()| true)
         })
-        .or_raise(ruby)
     }
 
     fn resign(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
@@ -145,14 +135,10 @@ impl Observer {
         rb_self: &Self,
         timeout: Value,
     ) -> Result<Option<(Option<String>, u64)>, Error> {
-        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
-        let mut deadline = Deadline::new(timeout);
+        let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
         let term = rb_self.core.blocking(ruby, |observer, interrupted| {
-            let Some(left) = deadline.left() else {
-                return Ok(None);
-            };
             let mut observer = observer.lock().unwrap_or_else(|e| e.into_inner());
-            observer.next_change(left, interrupted)
+            observer.next_change(deadline, interrupted)
         })?;
         Ok(term.map(|term| (term.value, term.fencing_token)))
     }

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use lockyard::wait::InTime;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RHash, RModule, Ruby, Value};
 
 use crate::convert;
@@ -222,19 +223,18 @@ impl Lock {
     }
 
     fn acquire(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
-        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
-        let acquired = rb_self.core.acquire_within(
-            ruby,
-            timeout,
-            || format!("the GCS lock (as {})", Self::identity(ruby, rb_self)),
-            |lock, left, interrupted| lock.acquire_interruptibly(left, interrupted),
-        );
+        let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
+        let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
+            lock.acquire_interruptibly(deadline, interrupted)
+                .map(|()| true)
+        });
         thread_watch::granted(ruby, acquired)
     }
 
     fn try_lock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
         let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
-            lock.acquire_interruptibly(Some(Duration::ZERO), interrupted)
+            lock.acquire_interruptibly(Duration::ZERO, interrupted)
+                .in_time()
         });
         thread_watch::granted(ruby, acquired)
     }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use lockyard::wait::InTime;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
 
 use crate::convert;
@@ -97,21 +98,21 @@ impl Lock {
         Ok(ruby.obj_wrap_as(lock, class))
     }
 
-    /// Waits up to `timeout` seconds (nil: forever); true once held.
+    /// Waits up to `timeout` seconds (nil: forever); true once held,
+    /// Lockyard::TimeoutError when the timeout runs out.
     fn acquire(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
-        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
-        let acquired = rb_self.core.acquire_within(
-            ruby,
-            timeout,
-            || format!("lock {:?}", rb_self.name),
-            |lock, left, interrupted| lock.acquire_interruptibly(left, interrupted),
-        );
+        let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
+        let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
+            lock.acquire_interruptibly(deadline, interrupted)
+                .map(|()| true)
+        });
         thread_watch::granted(ruby, acquired)
     }
 
     fn try_lock(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
         let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
-            lock.acquire_interruptibly(Some(Duration::ZERO), interrupted)
+            lock.acquire_interruptibly(Duration::ZERO, interrupted)
+                .in_time()
         });
         thread_watch::granted(ruby, acquired)
     }

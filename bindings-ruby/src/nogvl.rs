@@ -20,7 +20,6 @@
 use std::ffi::c_void;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use magnus::rb_sys::{AsRawValue, FromRawValue};
 use magnus::{Error, Integer, Ruby, Value};
@@ -86,63 +85,6 @@ pub(crate) fn current_fiber(_ruby: &Ruby) -> u64 {
     Integer::from_value(id)
         .and_then(|id| id.to_u64().ok())
         .expect("Ruby object ids are non-negative Integers")
-}
-
-impl<T> NoGvl<T> {
-    /// Runs an acquisition that may wait up to `timeout` (None: forever)
-    /// and raises `Lockyard::TimeoutError` about `what` when it runs out.
-    /// `acquire` gets the time left: a wait resumed after an interrupt that
-    /// raised nothing keeps its original deadline.
-    pub(crate) fn acquire_within(
-        &self,
-        ruby: &Ruby,
-        timeout: Option<Duration>,
-        what: impl FnOnce() -> String,
-        acquire: impl Fn(&T, Option<Duration>, &dyn Fn() -> bool) -> lockyard::Result<bool> + Sync,
-    ) -> Result<bool, Error> {
-        let mut deadline = Deadline::new(timeout);
-        let acquired = self.blocking(ruby, |inner, interrupted| match deadline.left() {
-            Some(left) => acquire(inner, left, interrupted),
-            None => Ok(false),
-        })?;
-        if acquired {
-            return Ok(true);
-        }
-        Err(lockyard::Error::Timeout {
-            what: what(),
-            waited: timeout.unwrap_or_default(),
-        })
-        .or_raise(ruby)
-    }
-}
-
-/// The deadline of a wait that [`NoGvl::blocking`] may resume after an
-/// interrupt that raised nothing: a resumed wait keeps its original
-/// deadline, and one resumed with no time left is over. (The core reads a
-/// zero timeout as one attempt with no deadline at all, which a silent
-/// network would stretch to the command timeout.)
-pub(crate) struct Deadline {
-    give_up_at: Option<Instant>,
-    resumed: bool,
-}
-
-impl Deadline {
-    pub(crate) fn new(timeout: Option<Duration>) -> Self {
-        Deadline {
-            give_up_at: lockyard::limits::deadline(Instant::now(), timeout),
-            resumed: false,
-        }
-    }
-
-    /// The timeout for this run of the wait (None inside: forever), or
-    /// None when a resumed wait has run out.
-    pub(crate) fn left(&mut self) -> Option<Option<Duration>> {
-        let left = self
-            .give_up_at
-            .map(|at| at.saturating_duration_since(Instant::now()));
-        let resumed = std::mem::replace(&mut self.resumed, true);
-        (!(resumed && left == Some(Duration::ZERO))).then_some(left)
-    }
 }
 
 /// A blocking core call that needs no object (creating a session, a

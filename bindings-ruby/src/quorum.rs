@@ -2,11 +2,12 @@
 //! defaults, `with_write_lock` and `with_read_lock` are in
 //! `lib/lockyard/quorum.rb`.
 
+use lockyard::wait::InTime;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
 
 use crate::convert;
 use crate::errors::OrRaise;
-use crate::nogvl::{Deadline, NoGvl};
+use crate::nogvl::NoGvl;
 use crate::thread_watch;
 
 #[magnus::wrap(class = "Lockyard::Quorum::RwLock", size)]
@@ -72,17 +73,14 @@ impl RwLock {
     /// Waits up to `timeout` seconds (nil: forever) for the write lock
     /// (`write` true) or a read lock; false when the timeout ran out.
     fn acquire(ruby: &Ruby, rb_self: &Self, write: bool, timeout: Value) -> Result<bool, Error> {
-        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
-        let mut deadline = Deadline::new(timeout);
+        let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
         let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
-            let Some(left) = deadline.left() else {
-                return Ok(false);
-            };
-            if write {
-                lock.acquire_write_interruptibly(left, interrupted)
+            let taken = if write {
+                lock.acquire_write_interruptibly(deadline, interrupted)
             } else {
-                lock.acquire_read_interruptibly(left, interrupted)
-            }
+                lock.acquire_read_interruptibly(deadline, interrupted)
+            };
+            taken.in_time()
         });
         thread_watch::granted(ruby, acquired)
     }

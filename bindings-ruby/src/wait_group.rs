@@ -2,6 +2,7 @@
 //! defaults, `synchronize` and its `Slot` are in
 //! `lib/lockyard/redis/wait_group.rb`.
 
+use lockyard::wait::InTime;
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, RObject, Ruby, Value};
 
 use crate::convert;
@@ -79,15 +80,15 @@ impl WaitGroup {
     /// before Ruby can raise an interrupt: the block's ensure then finds
     /// every slot it must free.
     fn take(ruby: &Ruby, rb_self: &Self, timeout: Value, slot: Value) -> Result<String, Error> {
-        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
+        let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
         let Some(slot) = RObject::from_value(slot) else {
             return rb_self
                 .core
-                .blocking(ruby, |group, interrupted| group.add(timeout, interrupted));
+                .blocking(ruby, |group, interrupted| group.add(deadline, interrupted));
         };
-        let token = rb_self
-            .core
-            .blocking(ruby, |group, interrupted| group.enter(timeout, interrupted))?;
+        let token = rb_self.core.blocking(ruby, |group, interrupted| {
+            group.enter(deadline, interrupted)
+        })?;
         slot.ivar_set("@token", token.as_str())?;
         Ok(token)
     }
@@ -111,9 +112,9 @@ impl WaitGroup {
 
     /// Waits up to `timeout` seconds (nil: forever) until no slot is held.
     fn wait_idle(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
-        let timeout = convert::wait_timeout(ruby, timeout).or_raise(ruby)?;
+        let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
         rb_self.core.blocking(ruby, |group, interrupted| {
-            group.wait_interruptibly(timeout, interrupted)
+            group.wait_interruptibly(deadline, interrupted).in_time()
         })
     }
 

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use lockyard::Error;
+use lockyard::{Deadline, Error, Interrupt};
 
 use crate::exit::{self, Failure};
 use crate::output::say;
@@ -14,12 +14,8 @@ use crate::supervise::{self, Outcome, Watch};
 
 /// A lock, slot or leadership that COMMAND runs under, on any backend.
 pub trait Hold {
-    /// Waits up to `timeout` (None: forever); Ok(false) when it ran out.
-    fn acquire(
-        &mut self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> lockyard::Result<bool>;
+    /// Waits until `deadline`; [`Error::Timeout`] when it passed.
+    fn acquire(&mut self, deadline: Deadline, interrupted: Interrupt<'_>) -> lockyard::Result<()>;
     /// Reads a flag and the clock; no I/O.
     fn healthy(&self) -> bool;
     fn fencing_token(&self) -> Option<u64>;
@@ -44,13 +40,13 @@ pub fn run(hold: &mut dyn Hold, plan: Plan<'_>) -> Result<i32, Failure> {
     let signals = plan.signals;
     let progress = (!plan.quiet && plan.timeout != Some(Duration::ZERO))
         .then(|| Progress::start(plan.name.to_owned(), plan.describe));
-    let acquired = hold.acquire(plan.timeout, &|| signals.peek().is_some());
+    let acquired = hold.acquire(Deadline::after(plan.timeout), &|| signals.peek().is_some());
     if let Some(progress) = progress {
         progress.stop();
     }
     match acquired {
-        Ok(true) => {}
-        Ok(false) | Err(Error::Timeout { .. }) => {
+        Ok(()) => {}
+        Err(Error::Timeout { .. }) => {
             return Err(Failure {
                 status: exit::NOT_ACQUIRED,
                 message: match plan.timeout {

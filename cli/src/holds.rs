@@ -1,19 +1,13 @@
 //! [`Hold`] for each primitive the command can run under.
 
-use std::time::Duration;
-
 use lockyard::redis::{Election, Session};
-use lockyard::{gcs, quorum, redis, Error, Result};
+use lockyard::{gcs, quorum, redis, Deadline, Interrupt, Result};
 
 use crate::hold::Hold;
 
 impl Hold for redis::Lock {
-    fn acquire(
-        &mut self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        self.acquire_interruptibly(timeout, interrupted)
+    fn acquire(&mut self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<()> {
+        self.acquire_interruptibly(deadline, interrupted)
     }
     fn healthy(&self) -> bool {
         redis::Lock::healthy(self)
@@ -27,12 +21,8 @@ impl Hold for redis::Lock {
 }
 
 impl Hold for gcs::Lock {
-    fn acquire(
-        &mut self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        self.acquire_interruptibly(timeout, interrupted)
+    fn acquire(&mut self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<()> {
+        self.acquire_interruptibly(deadline, interrupted)
     }
     fn healthy(&self) -> bool {
         gcs::Lock::healthy(self)
@@ -52,19 +42,9 @@ pub struct Slot {
 }
 
 impl Hold for Slot {
-    fn acquire(
-        &mut self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        match self.group.add(timeout, interrupted) {
-            Ok(token) => {
-                self.token = Some(token);
-                Ok(true)
-            }
-            Err(Error::Timeout { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+    fn acquire(&mut self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<()> {
+        self.token = Some(self.group.add(deadline, interrupted)?);
+        Ok(())
     }
     fn healthy(&self) -> bool {
         self.token.as_deref().is_some_and(|t| self.group.healthy(t))
@@ -87,14 +67,10 @@ pub struct QuorumLock {
 }
 
 impl Hold for QuorumLock {
-    fn acquire(
-        &mut self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
+    fn acquire(&mut self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<()> {
         match self.read {
-            true => self.lock.acquire_read_interruptibly(timeout, interrupted),
-            false => self.lock.acquire_write_interruptibly(timeout, interrupted),
+            true => self.lock.acquire_read_interruptibly(deadline, interrupted),
+            false => self.lock.acquire_write_interruptibly(deadline, interrupted),
         }
     }
     fn healthy(&self) -> bool {
@@ -119,13 +95,9 @@ pub struct Leadership {
 }
 
 impl Hold for Leadership {
-    fn acquire(
-        &mut self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
+    fn acquire(&mut self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<()> {
         self.election
-            .campaign_interruptibly(&self.value, timeout, interrupted)
+            .campaign_interruptibly(&self.value, deadline, interrupted)
     }
     fn healthy(&self) -> bool {
         self.election.is_leader()

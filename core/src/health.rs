@@ -119,6 +119,15 @@ impl Health {
     }
 }
 
+/// Logs that a hold had already been lost when its holder gave it back (a
+/// release answered Ok(false)): whatever it protected may have been touched
+/// meanwhile by `others`. Logged here, once, for every face that gives a
+/// hold back: a binding's `release` or block end, a Rust guard's drop, a
+/// background release.
+pub(crate) fn warn_lost_before(what: &str, given_back: &str, others: &str) {
+    log::warn!("{what} had been lost before it was {given_back}: {others} may have run meanwhile");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

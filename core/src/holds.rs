@@ -13,9 +13,10 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
-use crate::health::Health;
+use crate::health::{self, Health};
 use crate::owners::{self, Holders};
 use crate::runtime;
+use crate::wait::Deadline;
 
 pub(crate) struct Holds<K, V> {
     inner: Mutex<State<K, V>>,
@@ -159,9 +160,18 @@ impl<V: Held + Send + 'static> PerHolder<V> {
     }
 }
 
+impl<V> Table<V> {
+    fn warn_if_lost(&self, released: Result<bool>) -> Result<bool> {
+        if matches!(released, Ok(false)) {
+            health::warn_lost_before(&self.what, "released", "another holder");
+        }
+        released
+    }
+}
+
 impl<V: Held + Send + 'static> Table<V> {
     fn give_back_logged(&self, hold: V) {
-        if let Err(e) = (self.give_back)(hold) {
+        if let Err(e) = self.warn_if_lost((self.give_back)(hold)) {
             log::warn!("releasing {} failed: {e}", self.what);
         }
     }
@@ -205,24 +215,21 @@ impl<V: Held> PerHolder<V> {
         self.table.holds.get()
     }
 
-    /// Takes a hold for `holder` with `take` (Ok(None): the wait ran out).
-    /// The map is not locked while `take` waits, so other holders of the
+    /// Takes a hold for `holder` with `take`, whose Ok(None) means
+    /// `deadline` passed (answered with [`Error::Timeout`]). The map is not locked while `take` waits, so other holders of the
     /// same lock object wait in parallel.
     pub(crate) fn acquire(
         &self,
         holder: u64,
+        deadline: Deadline,
         take: impl FnOnce() -> Result<Option<V>>,
-    ) -> Result<bool> {
+    ) -> Result<()> {
         if self.table.holds.get().contains_key(&holder) {
             return Err(Error::AlreadyLocked(self.table.what.clone()));
         }
-        match take()? {
-            Some(hold) => {
-                self.table.holds.get().insert(holder, hold);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        let hold = take()?.ok_or_else(|| deadline.ran_out(&self.table.what))?;
+        self.table.holds.get().insert(holder, hold);
+        Ok(())
     }
 
     /// Takes `holder`'s hold out and gives it back with `give_back`.
@@ -232,7 +239,8 @@ impl<V: Held> PerHolder<V> {
         give_back: impl FnOnce(V) -> Result<bool>,
     ) -> Result<bool> {
         let hold = self.table.holds.get().remove(&holder);
-        give_back(hold.ok_or_else(|| self.not_held())?)
+        self.table
+            .warn_if_lost(give_back(hold.ok_or_else(|| self.not_held())?))
     }
 
     /// Ends a block `holder` entered: releases like [`PerHolder::release`],
@@ -244,7 +252,7 @@ impl<V: Held> PerHolder<V> {
         give_back: impl FnOnce(V) -> Result<bool>,
     ) -> Result<bool> {
         match self.table.holds.leave(&holder) {
-            Leaving::Held(hold) => give_back(hold),
+            Leaving::Held(hold) => self.table.warn_if_lost(give_back(hold)),
             Leaving::Inherited => Ok(true),
             Leaving::NotHeld => Err(self.not_held()),
         }

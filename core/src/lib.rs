@@ -69,8 +69,12 @@ pub mod quorum;
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "gcs"))]
 mod runtime;
+#[cfg(any(feature = "redis", feature = "gcs"))]
+pub mod wait;
 
 pub use error::{Error, Result};
 pub use identity::{as_holder, note_process_start};
 #[cfg(any(feature = "redis", feature = "gcs"))]
 pub use limits::{MAX_PERIOD, MAX_WAIT};
+#[cfg(any(feature = "redis", feature = "gcs"))]
+pub use wait::{Deadline, Interrupt};

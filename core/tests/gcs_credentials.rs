@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gcs_support::http::{service_account_key, GcsOverHttp};
+use lockyard::wait::InTime;
 use lockyard::Error;
 use serde_json::json;
 
@@ -18,6 +19,7 @@ fn bearers_with(gcs: &GcsOverHttp, credentials: &str) -> Vec<String> {
     let lock = gcs.lock("credentials", credentials).build().unwrap();
     assert!(lock
         .acquire_interruptibly(Some(Duration::from_secs(10)), &|| false)
+        .in_time()
         .unwrap());
     assert!(lock.release().unwrap());
     let stats = gcs.stats();

@@ -13,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lockyard::gcs::Lock;
+use lockyard::wait::InTime;
 use lockyard::Error;
 
 struct FakeGcs {
@@ -116,6 +117,7 @@ fn over_http_threads_exclude_each_other_and_long_holds_stay_exclusive() {
         let lock = lock.clone();
         thread::spawn(move || {
             lock.acquire_interruptibly(Some(Duration::from_secs(4)), &|| false)
+                .in_time()
                 .unwrap()
         })
     };

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use gcs_support::{builder, FaithfulStore, Fault, Op};
 use lockyard::gcs::StoreError;
+use lockyard::wait::InTime;
 use lockyard::Error;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -24,7 +25,10 @@ const MS: fn(u64) -> Duration = Duration::from_millis;
 fn a_503_on_the_read_after_a_lost_refresh_reply_is_not_a_loss() {
     let store = FaithfulStore::new();
     let lock = builder(&store).refresh_interval(MS(50)).build().unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     store.inject(Op::Update, Fault::LoseReply, 1);
     store.inject(Op::Get, Fault::Unavailable, 1);
     thread::sleep(MS(400));
@@ -43,7 +47,10 @@ fn a_503_on_the_read_after_a_lost_refresh_reply_is_not_a_loss() {
 fn a_refresh_that_cannot_read_says_the_lease_ran_out_not_taken_over() {
     let store = FaithfulStore::new();
     let lock = builder(&store).refresh_interval(MS(50)).build().unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     store.inject(Op::Update, Fault::LoseReply, 1);
     store.inject(Op::Get, Fault::Unavailable, 1000);
     thread::sleep(MS(1800));
@@ -62,7 +69,9 @@ fn a_burst_of_503s_during_acquire_is_retried_until_the_timeout() {
     store.inject(Op::Create, Fault::Unavailable, 7);
     let lock = builder(&store).build().unwrap();
     let started = Instant::now();
-    let acquired = lock.acquire_interruptibly(Some(Duration::from_secs(20)), &|| false);
+    let acquired = lock
+        .acquire_interruptibly(Some(Duration::from_secs(20)), &|| false)
+        .in_time();
     assert!(acquired.unwrap(), "after {:?}", started.elapsed());
     assert!(started.elapsed() > MS(1500), "{:?}", started.elapsed());
     assert_eq!(store.object().unwrap().identity, Some(lock.identity()));
@@ -85,6 +94,7 @@ fn an_acquire_that_gives_up_removes_the_object_its_lost_create_left() {
     let started = Instant::now();
     let err = lock
         .acquire_interruptibly(Some(Duration::from_secs(3)), &|| false)
+        .in_time()
         .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err}");
     assert!(err.to_string().contains("503"), "{err}");
@@ -113,7 +123,10 @@ fn an_acquire_that_gives_up_removes_the_object_its_lost_create_left() {
 fn a_delete_whose_reply_was_lost_counts_as_released() {
     let store = FaithfulStore::new();
     let lock = builder(&store).build().unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     store.inject(Op::Delete, Fault::LoseReply, 1);
     assert!(lock.release().unwrap());
     assert!(store.object().is_none());
@@ -128,7 +141,10 @@ fn a_release_during_a_503_burst_is_retried_within_the_lease() {
         .ttl(Duration::from_secs(30))
         .build()
         .unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     store.inject(Op::Delete, Fault::Unavailable, 6);
     assert!(lock.release().unwrap());
     assert!(store.object().is_none());
@@ -149,6 +165,7 @@ fn a_failed_clock_correction_gives_the_created_object_back() {
         .unwrap();
     let err = lock
         .acquire_interruptibly(Some(MS(500)), &|| false)
+        .in_time()
         .unwrap_err();
     assert!(matches!(err, Error::Backend { .. }), "{err}");
     assert_eq!(store.object(), None, "nothing left under our identity");
@@ -168,7 +185,10 @@ fn a_refused_clock_correction_leaves_the_new_holder_alone() {
     let lock = Arc::new(builder(&store).build().unwrap());
     let acquirer = {
         let lock = lock.clone();
-        thread::spawn(move || lock.acquire_interruptibly(Some(MS(800)), &|| false))
+        thread::spawn(move || {
+            lock.acquire_interruptibly(Some(MS(800)), &|| false)
+                .in_time()
+        })
     };
     thread::sleep(MS(100));
     let object = store.object().unwrap();
@@ -227,7 +247,10 @@ fn patient_lock(store: &Arc<FaithfulStore>) -> lockyard::gcs::Lock {
 fn a_reply_delayed_2_s_never_leaves_the_holder_healthy_past_its_expiry() {
     let store = FaithfulStore::new();
     let lock = patient_lock(&store);
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     store.inject(Op::Update, Fault::LateReply(Duration::from_secs(2)), 1);
     store.inject(Op::Update, Fault::Pass, 1);
     store.inject(Op::Update, Fault::Slow(Duration::from_secs(10)), 100);
@@ -249,7 +272,10 @@ fn a_skewed_server_and_a_late_reply_never_leave_the_holder_healthy_past_its_expi
     store.inject(Op::Update, Fault::LateReply(MS(1500)), 1);
     store.inject(Op::Update, Fault::Pass, 1);
     store.inject(Op::Update, Fault::Slow(Duration::from_secs(10)), 100);
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     while store.updates.load(Ordering::SeqCst) < 3 {
         thread::sleep(MS(5));
     }

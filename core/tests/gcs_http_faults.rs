@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use gcs_support::http::{service_account_key, GcsOverHttp};
 use lockyard::gcs::LockBuilder;
+use lockyard::wait::InTime;
 use lockyard::Error;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -47,7 +48,9 @@ fn a_failing_token_endpoint_is_retried_like_any_transient_error() {
     let lock = gcs.lock().build().unwrap();
     gcs.inject("token", "503", 12);
     let started = Instant::now();
-    let acquired = lock.acquire_interruptibly(Some(Duration::from_secs(30)), &|| false);
+    let acquired = lock
+        .acquire_interruptibly(Some(Duration::from_secs(30)), &|| false)
+        .in_time();
     assert!(acquired.unwrap(), "after {:?}", started.elapsed());
     assert!(
         gcs.http.stats()["token"].as_u64().unwrap() >= 13,
@@ -65,6 +68,7 @@ fn a_slow_token_endpoint_counts_as_transient() {
     gcs.inject("token", "slow:2", 1);
     assert!(lock
         .acquire_interruptibly(Some(Duration::from_secs(10)), &|| false)
+        .in_time()
         .unwrap());
     assert!(lock.release().unwrap());
 }
@@ -94,7 +98,10 @@ fn a_key_that_cannot_sign_is_a_backend_error_at_once() {
 fn over_http_a_delete_whose_reply_was_lost_counts_as_released() {
     let Some(gcs) = Gcs::start() else { return };
     let lock = gcs.lock().build().unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     gcs.inject("delete", "lose_reply", 1);
     assert!(lock.release().unwrap());
     assert!(!lock.locked().unwrap());
@@ -106,7 +113,10 @@ fn over_http_a_delete_whose_reply_was_lost_counts_as_released() {
 fn over_http_a_503_after_a_lost_refresh_reply_is_not_a_loss() {
     let Some(gcs) = Gcs::start() else { return };
     let lock = gcs.lock().refresh_interval(MS(200)).build().unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     gcs.inject("update", "lose_reply", 1);
     gcs.inject("get", "503", 1);
     std::thread::sleep(MS(1500));

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use gcs_support::{builder, FaithfulStore, Fault, Op};
 use lockyard::gcs::{Lock, LockBuilder, Store, StoreError};
+use lockyard::wait::InTime;
 use lockyard::Error;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -42,6 +43,7 @@ fn a_waiter_polls_with_reads_and_never_writes() {
     let started = Instant::now();
     assert!(!lock
         .acquire_interruptibly(Some(MS(600)), &|| false)
+        .in_time()
         .unwrap());
     assert!(started.elapsed() >= MS(600));
     assert_eq!(
@@ -87,13 +89,17 @@ fn the_same_identity_recovers_its_abandoned_lock_at_once() {
             .unwrap()
     };
     let crashed = make();
-    assert!(crashed.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(crashed
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     assert!(crashed.abandon());
     assert!(!crashed.locked_according_to_internal_state());
     let restarted = make();
     let started = Instant::now();
     assert!(restarted
         .acquire_interruptibly(Some(Duration::ZERO), &|| false)
+        .in_time()
         .unwrap());
     assert!(started.elapsed() < MS(500));
     assert!(restarted.owned().unwrap());
@@ -165,12 +171,14 @@ fn a_stale_lock_is_taken_over_after_its_ttl_and_not_before() {
     assert!(
         !lock
             .acquire_interruptibly(Some(MS(500)), &|| false)
+            .in_time()
             .unwrap(),
         "free before its ttl"
     );
     let started = Instant::now();
     assert!(lock
         .acquire_interruptibly(Some(Duration::from_secs(5)), &|| false)
+        .in_time()
         .unwrap());
     // Date has whole seconds: up to a second late, never early.
     assert!(started.elapsed() < MS(2200), "{:?}", started.elapsed());
@@ -181,7 +189,10 @@ fn a_stale_lock_is_taken_over_after_its_ttl_and_not_before() {
 fn a_paused_holder_turns_unhealthy_after_takeover_and_its_unlock_reports_false() {
     let store = FaithfulStore::new();
     let holder = builder(&store).refresh_interval(MS(100)).build().unwrap();
-    assert!(holder.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(holder
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     // Its next refresh hangs past the TTL, as if the process were paused:
     // past the `expires_at` it wrote last, which may be up to a second (the
     // resolution of `Date`) beyond the TTL.
@@ -192,6 +203,7 @@ fn a_paused_holder_turns_unhealthy_after_takeover_and_its_unlock_reports_false()
             let lock = builder(&store).build().unwrap();
             assert!(lock
                 .acquire_interruptibly(Some(Duration::from_secs(5)), &|| false)
+                .in_time()
                 .unwrap());
             let token = lock.fencing_token().unwrap();
             lock.abandon();
@@ -249,7 +261,10 @@ fn deleting_with_an_old_version_never_removes_a_recreated_object() {
 fn a_deleted_lock_object_makes_the_holder_unhealthy_at_once() {
     let store = FaithfulStore::new();
     let lock = builder(&store).refresh_interval(MS(50)).build().unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     store.remove();
     thread::sleep(MS(200));
     assert!(!lock.healthy());
@@ -263,7 +278,10 @@ fn transient_failures_are_retried_and_never_taken_for_free_or_lost() {
     store.inject(Op::Create, Fault::Unavailable, 2);
     store.inject(Op::Create, Fault::Reset, 1);
     let lock = builder(&store).refresh_interval(MS(50)).build().unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     store.inject(Op::Update, Fault::Unavailable, 2);
     thread::sleep(MS(400));
     assert!(lock.healthy(), "two failures in a row of three allowed");
@@ -288,7 +306,10 @@ fn eventually(limit: Duration, check: impl Fn() -> bool) -> bool {
 fn max_refresh_fails_transient_failures_in_a_row_make_it_unhealthy_until_one_lands() {
     let store = FaithfulStore::new();
     let lock = builder(&store).refresh_interval(MS(50)).build().unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     store.inject(Op::Update, Fault::Unavailable, 3);
     assert!(eventually(MS(600), || !lock.healthy()));
     assert!(lock
@@ -305,7 +326,10 @@ fn max_refresh_fails_transient_failures_in_a_row_make_it_unhealthy_until_one_lan
 fn a_refresh_whose_reply_was_lost_is_not_a_loss() {
     let store = FaithfulStore::new();
     let lock = builder(&store).refresh_interval(MS(50)).build().unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     store.inject(Op::Update, Fault::LoseReply, 1);
     thread::sleep(MS(300));
     assert!(lock.healthy());
@@ -320,6 +344,7 @@ fn a_create_whose_reply_was_lost_is_recovered_by_identity() {
     let lock = builder(&store).build().unwrap();
     assert!(lock
         .acquire_interruptibly(Some(Duration::ZERO), &|| false)
+        .in_time()
         .unwrap());
     assert_eq!(store.object().unwrap().identity, Some(lock.identity()));
 }
@@ -329,7 +354,10 @@ fn slow_replies_count_as_transient() {
     let store = FaithfulStore::new();
     store.inject(Op::Create, Fault::Slow(MS(400)), 1);
     let lock = builder(&store).request_timeout(MS(100)).build().unwrap();
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     assert_eq!(store.creates.load(Ordering::SeqCst), 2);
 }
 
@@ -339,12 +367,16 @@ fn a_skewed_server_clock_changes_nothing() {
         let store = FaithfulStore::new();
         store.set_skew(skew);
         let holder = builder(&store).refresh_interval(MS(100)).build().unwrap();
-        assert!(holder.acquire_interruptibly(None, &|| false).unwrap());
+        assert!(holder
+            .acquire_interruptibly(None, &|| false)
+            .in_time()
+            .unwrap());
         let waiter = builder(&store).build().unwrap();
         thread::scope(|s| {
             s.spawn(|| {
                 assert!(!waiter
                     .acquire_interruptibly(Some(Duration::from_secs(2)), &|| false)
+                    .in_time()
                     .unwrap())
             });
         });
@@ -386,9 +418,12 @@ fn the_gems_rules_for_lock_and_unlock() {
     assert!(matches!(lock.check_health(), Err(Error::NotLocked(_))));
     assert!(!lock.healthy());
     assert!(!lock.abandon());
-    assert!(lock.acquire_interruptibly(None, &|| false).unwrap());
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
     assert!(matches!(
-        lock.acquire_interruptibly(None, &|| false),
+        lock.acquire_interruptibly(None, &|| false).in_time(),
         Err(Error::AlreadyLocked(_))
     ));
     assert!(lock.owned_according_to_internal_state() && lock.locked_according_to_internal_state());
@@ -412,7 +447,7 @@ fn an_interrupt_ends_a_wait() {
     let started = Instant::now();
     let interrupted = || started.elapsed() > MS(200);
     assert!(matches!(
-        lock.acquire_interruptibly(None, &interrupted),
+        lock.acquire_interruptibly(None, &interrupted).in_time(),
         Err(Error::Interrupted(_))
     ));
     assert!(started.elapsed() < MS(400));

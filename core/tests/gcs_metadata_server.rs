@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use gcs_support::http::GcsOverHttp;
 use lockyard::gcs::Lock;
+use lockyard::wait::InTime;
 
 #[test]
 fn with_nothing_configured_the_metadata_server_authorizes() {
@@ -25,6 +26,7 @@ fn with_nothing_configured_the_metadata_server_authorizes() {
         .unwrap();
     assert!(lock
         .acquire_interruptibly(Some(Duration::from_secs(10)), &|| false)
+        .in_time()
         .unwrap());
     assert!(lock.release().unwrap());
     assert_eq!(

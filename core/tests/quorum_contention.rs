@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lockyard::quorum::RwLock;
+use lockyard::wait::InTime;
 use lockyard::Error;
 use support::RedisServer;
 
@@ -38,10 +39,14 @@ fn contended_attempts_time_out(n: usize) {
     for _ in 0..5 {
         for timeout in [Duration::ZERO, wait] {
             let started = Instant::now();
-            let write = contender.acquire_write_interruptibly(Some(timeout), &|| false);
+            let write = contender
+                .acquire_write_interruptibly(Some(timeout), &|| false)
+                .in_time();
             assert!(matches!(write, Ok(false)), "{n} nodes, write: {write:?}");
             assert!(started.elapsed() >= timeout, "{n} nodes: gave up early");
-            let read = contender.acquire_read_interruptibly(Some(timeout), &|| false);
+            let read = contender
+                .acquire_read_interruptibly(Some(timeout), &|| false)
+                .in_time();
             assert!(matches!(read, Ok(false)), "{n} nodes, read: {read:?}");
         }
         let guarded = contender.write(Some(wait)).err();
@@ -54,7 +59,9 @@ fn contended_attempts_time_out(n: usize) {
 
     let reading = holder.read(None).unwrap();
     for _ in 0..5 {
-        let write = contender.acquire_write_interruptibly(Some(wait), &|| false);
+        let write = contender
+            .acquire_write_interruptibly(Some(wait), &|| false)
+            .in_time();
         assert!(matches!(write, Ok(false)), "{n} nodes, write: {write:?}");
         let guarded = contender.write(Some(Duration::ZERO)).err();
         assert!(

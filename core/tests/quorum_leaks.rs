@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lockyard::quorum::{live_tasks, RwLock};
+use lockyard::wait::InTime;
 use support::{eventually, RedisServer};
 
 #[test]
@@ -41,16 +42,21 @@ fn tasks_and_connections_return_to_baseline_after_timeouts_cancellations_and_fai
     let held = holder.write(None).unwrap();
     // Timeouts: denied attempts until the wait runs out.
     for _ in 0..10 {
-        let got = contender.acquire_write_interruptibly(Some(Duration::from_millis(30)), &|| false);
+        let got = contender
+            .acquire_write_interruptibly(Some(Duration::from_millis(30)), &|| false)
+            .in_time();
         assert!(!got.unwrap());
-        let got = contender.acquire_read_interruptibly(Some(Duration::from_millis(30)), &|| false);
+        let got = contender
+            .acquire_read_interruptibly(Some(Duration::from_millis(30)), &|| false)
+            .in_time();
         assert!(!got.unwrap());
     }
     // Cancellations: waits cut short by the interrupt check.
     for _ in 0..5 {
         let asked = Instant::now();
         let got = contender
-            .acquire_write_interruptibly(None, &|| asked.elapsed() > Duration::from_millis(40));
+            .acquire_write_interruptibly(None, &|| asked.elapsed() > Duration::from_millis(40))
+            .in_time();
         assert!(got.is_err());
     }
     drop(held);

@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lockyard::quorum::RwLock;
+use lockyard::wait::InTime;
 use lockyard::Error;
 use support::{eventually, RedisServer, StallProxy};
 
@@ -69,9 +70,11 @@ fn a_restarted_majority_grants_nothing_while_the_holders_lease_may_live(holder_w
     let urls = urls(&servers);
     let holder = lock(&urls, "restart", TTL);
     let held = if holder_writes {
-        holder.acquire_write_interruptibly(None, &|| false)
+        holder
+            .acquire_write_interruptibly(None, &|| false)
+            .in_time()
     } else {
-        holder.acquire_read_interruptibly(None, &|| false)
+        holder.acquire_read_interruptibly(None, &|| false).in_time()
     };
     assert!(held.unwrap());
     let killed_at = Instant::now();
@@ -266,5 +269,6 @@ fn a_try_once_on_new_nodes_is_granted() {
     let lock = lock(&urls(&servers), "first-contact", TTL);
     assert!(lock
         .acquire_write_interruptibly(Some(Duration::ZERO), &|| false)
+        .in_time()
         .unwrap());
 }

@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lockyard::quorum::RwLock;
+use lockyard::wait::InTime;
 use lockyard::Error;
 use support::{eventually, DelayProxy, RedisServer};
 
@@ -204,6 +205,7 @@ fn a_held_lock_outlives_its_ttl_by_refreshing() {
     let denied = thread::spawn(move || {
         other
             .acquire_read_interruptibly(Some(Duration::ZERO), &|| false)
+            .in_time()
             .unwrap()
     });
     assert!(!denied.join().unwrap());

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockyard::redis::{Election, Lock, Session, WaitGroup};
+use lockyard::wait::InTime;
 use support::RedisCluster;
 
 /// Names whose slots live on three different nodes, with a URL that names
@@ -97,6 +98,7 @@ fn a_session_keeps_and_frees_locks_on_every_node() {
                 .unwrap();
             assert!(lock
                 .acquire_interruptibly(Some(Duration::ZERO), &|| false)
+                .in_time()
                 .unwrap());
             lock
         })
@@ -192,10 +194,12 @@ fn held_locks_slots_and_sessions_survive_a_slot_migration() {
         .build()
         .unwrap();
     lock.acquire_interruptibly(Some(Duration::ZERO), &|| false)
+        .in_time()
         .unwrap();
     let slots = [group.acquire(None).unwrap(), group.acquire(None).unwrap()];
     assert!(member
         .acquire_interruptibly(Some(Duration::ZERO), &|| false)
+        .in_time()
         .unwrap());
 
     for key in [

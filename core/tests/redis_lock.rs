@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockyard::redis::Lock;
+use lockyard::wait::InTime;
 use lockyard::Error;
 use support::{eventually, RedisServer};
 
@@ -170,6 +171,7 @@ fn an_interrupted_wait_leaves_nothing_held_or_queued() {
     let fire_at = started + MS(200);
     let err = waiter
         .acquire_interruptibly(None, &|| Instant::now() >= fire_at)
+        .in_time()
         .unwrap_err();
     assert!(matches!(err, Error::Interrupted(_)), "{err}");
     assert!(

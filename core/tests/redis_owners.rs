@@ -7,6 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockyard::redis::{Lock, Session};
+use lockyard::wait::InTime;
 use lockyard::{as_holder, owners};
 use support::RedisServer;
 
@@ -32,7 +33,10 @@ fn an_ended_owner_s_holds_are_released_in_the_background() {
     let server = RedisServer::start();
     let lock = lock(&server, "owned");
     let (fiber, thread) = (0x0fee_0001, 0x0fee_0002);
-    assert!(as_holder(fiber, || lock.acquire_interruptibly(None, &|| false)).unwrap());
+    assert!(as_holder(fiber, || lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time())
+    .unwrap());
     owners::note_owner(fiber, thread);
     assert!(owners::owners_holding().contains(&thread));
     assert!(owners::owner_ended(thread + 1).is_empty(), "another owner");
@@ -54,7 +58,10 @@ fn an_owner_s_released_holder_is_forgotten() {
     let server = RedisServer::start();
     let lock = lock(&server, "let go");
     let (fiber, thread) = (0x0fee_0011, 0x0fee_0012);
-    assert!(as_holder(fiber, || lock.acquire_interruptibly(None, &|| false)).unwrap());
+    assert!(as_holder(fiber, || lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time())
+    .unwrap());
     owners::note_owner(fiber, thread);
     assert!(as_holder(fiber, || lock.release()).unwrap());
     assert!(!owners::owners_holding().contains(&thread));

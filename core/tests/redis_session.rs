@@ -7,6 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockyard::redis::{exclusive, holder, Behavior, Election, Lock, Session, Term};
+use lockyard::wait::InTime;
 use lockyard::Error;
 use support::{eventually, RedisServer};
 
@@ -394,7 +395,7 @@ fn a_missed_handoff_under_a_session_frees_the_name_after_the_handoff_window() {
                 }
                 false
             };
-            let _ = lock.acquire_interruptibly(Some(MS(8000)), &pause);
+            let _ = lock.acquire_interruptibly(Some(MS(8000)), &pause).in_time();
         })
     };
     std::thread::sleep(MS(300));

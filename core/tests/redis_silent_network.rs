@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockyard::redis::{Election, Lock, Session, WaitGroup};
+use lockyard::wait::InTime;
 use lockyard::Error;
 use support::{DelayProxy, RedisServer, StallProxy};
 
@@ -142,7 +143,9 @@ fn an_interrupt_ends_a_read_the_network_left_silent() {
     let waiter = {
         let (lock, interrupted) = (lock.clone(), interrupted.clone());
         std::thread::spawn(move || {
-            let outcome = lock.acquire_interruptibly(None, &|| interrupted.load(Ordering::SeqCst));
+            let outcome = lock
+                .acquire_interruptibly(None, &|| interrupted.load(Ordering::SeqCst))
+                .in_time();
             (outcome, Instant::now())
         })
     };

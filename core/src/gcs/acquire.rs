@@ -12,7 +12,7 @@ use super::requests::{sleep_interruptibly, SHORTEST_RETRY};
 use super::store::{Reply, StoreError, Version};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
-use crate::limits;
+use crate::wait::{Deadline, Interrupt};
 
 /// How long an acquire that gives up keeps trying to remove an object its
 /// create may have left; past it, the object blocks others until stale.
@@ -39,7 +39,7 @@ struct Attempt<'a> {
 }
 
 impl Engine {
-    /// Waits up to `timeout` (None: forever; zero: one attempt, which may
+    /// Waits until `deadline` (a zero timeout: one attempt, which may
     /// still clear a stale object) for the lock as `identity`. A waiter
     /// only reads: GCS allows about one write per second per object, and
     /// create attempts would spend it. Transient failures are retried until
@@ -48,11 +48,11 @@ impl Engine {
     pub(crate) fn acquire(
         self: &Arc<Self>,
         identity: &str,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
+        deadline: Deadline,
+        interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
         let started = Instant::now();
-        let give_up_at = limits::deadline(started, limits::wait(timeout)?);
+        let give_up_at = deadline.check()?.at();
         let mut attempt = Attempt {
             identity,
             retry_until: give_up_at.map(|at| at.max(started + SHORTEST_RETRY)),

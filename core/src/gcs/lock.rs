@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use super::engine::{Engine, Hold};
 use super::options::LockBuilder;
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::holds::{PerHolder, ProcessHolds};
 use crate::identity::{forked_since_start, holder_number, note_process_start, random_hex};
+use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
 /// A distributed mutual-exclusion lock on one object in a Google Cloud
 /// Storage bucket: no infrastructure beyond a bucket you already have.
@@ -81,20 +84,16 @@ impl Lock {
     /// transiently (429, 5xx, unreachable) when the timeout (at least 2 s)
     /// runs out; an object its own create may have left is removed first.
     pub fn acquire(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
-        if self.acquire_interruptibly(timeout, &|| false)? {
-            Ok(LockGuard::new(self))
-        } else {
-            Err(Error::Timeout {
-                what: self.engine.what.clone(),
-                waited: timeout.unwrap_or_default(),
-            })
-        }
+        self.acquire_interruptibly(timeout, NEVER)?;
+        Ok(LockGuard::new(self))
     }
 
     /// One attempt, never waits (beyond clearing a stale object, or riding
     /// out up to 2 s of transient failures).
     pub fn try_acquire(&self) -> Result<Option<LockGuard<'_>>> {
-        let acquired = self.acquire_interruptibly(Some(Duration::ZERO), &|| false)?;
+        let acquired = self
+            .acquire_interruptibly(Duration::ZERO, NEVER)
+            .in_time()?;
         Ok(acquired.then(|| LockGuard::new(self)))
     }
 
@@ -113,17 +112,23 @@ impl Lock {
         self.engine.lease.ttl
     }
 
-    /// Acquires for the calling thread without a guard (for bindings).
-    /// `interrupted` is polled at least every 50 ms while waiting between
-    /// requests; when it returns true the wait ends with
-    /// [`Error::Interrupted`] and nothing is held. Ok(false): timed out.
+    /// Acquires for the calling thread without a guard (for bindings),
+    /// waiting until `deadline` (a [`Deadline`], or a timeout: None waits
+    /// forever, zero tries once). `interrupted` is asked at least every
+    /// 50 ms while waiting between requests; when it answers true the wait
+    /// ends with [`Error::Interrupted`] and nothing is held.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the deadline passes, and those of
+    /// [`Lock::acquire`].
     pub fn acquire_interruptibly(
         &self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        self.holds.acquire(self.key(), || {
-            self.engine.acquire(&self.identity(), timeout, interrupted)
+        deadline: impl Into<Deadline>,
+        interrupted: Interrupt<'_>,
+    ) -> Result<()> {
+        let deadline = deadline.into();
+        self.holds.acquire(self.key(), deadline, || {
+            self.engine.acquire(&self.identity(), deadline, interrupted)
         })
     }
 

@@ -20,7 +20,7 @@ use super::tally::{write_quorum, Tally};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::identity::random_hex;
-use crate::limits;
+use crate::wait::{Deadline, Interrupt};
 
 /// Shortest attempt a tight user timeout still allows.
 const MIN_ATTEMPT: Duration = Duration::from_millis(100);
@@ -47,16 +47,16 @@ impl Quorum {
         }
     }
 
-    /// Waits up to `timeout` (None: forever, zero: one attempt) for a grant
-    /// from a quorum. Ok(None) when the timeout ran out.
+    /// Waits until `deadline` (a zero timeout: one attempt) for a grant
+    /// from a quorum. Ok(None) when the deadline passed.
     pub(crate) fn acquire(
         self: &Arc<Self>,
         mode: Mode,
         identity: &str,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
+        deadline: Deadline,
+        interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
-        let waited = self.wait_for_grant(mode, identity, timeout, interrupted);
+        let waited = self.wait_for_grant(mode, identity, deadline, interrupted);
         if mode == Mode::Write && !matches!(waited, Ok(Some(_))) {
             self.withdraw(identity);
         }
@@ -72,10 +72,10 @@ impl Quorum {
         self: &Arc<Self>,
         mode: Mode,
         identity: &str,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
+        deadline: Deadline,
+        interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
-        let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
+        let give_up_at = deadline.check()?.at();
         let (mut attempt, mut adopted) = (0u32, false);
         loop {
             let mut pause = backoff(attempt, BACKOFF_MAX);
@@ -87,7 +87,7 @@ impl Quorum {
                     continue;
                 }
                 Attempt::Busy | Attempt::Adopted => {}
-                Attempt::Unreachable(e) if timeout.is_some_and(|t| t.is_zero()) => return Err(e),
+                Attempt::Unreachable(e) if deadline.is_one_attempt() => return Err(e),
                 Attempt::Unreachable(e) => {
                     pause = backoff(attempt, UNREACHABLE_BACKOFF_MAX);
                     unreachable = Some(e);

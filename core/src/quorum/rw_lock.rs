@@ -13,6 +13,7 @@ use crate::identity::{holder_identity, holder_number, random_hex};
 use crate::lease::{Lease, LeaseOptions};
 use crate::limits;
 use crate::redis::{check_name, server};
+use crate::wait::{Deadline, Interrupt, NEVER};
 
 /// The most nodes a lock may span (as dsync).
 const MAX_NODES: usize = 32;
@@ -234,48 +235,48 @@ impl RwLock {
     }
 
     fn guarded(&self, mode: Mode, timeout: Option<Duration>) -> Result<()> {
-        if self.acquire_interruptibly(mode, timeout, &|| false)? {
-            Ok(())
-        } else {
-            Err(Error::Timeout {
-                what: self.quorum.what.clone(),
-                waited: timeout.unwrap_or_default(),
-            })
-        }
+        self.acquire_interruptibly(mode, timeout.into(), NEVER)
     }
 
     /// Acquires the write lock for the calling thread without a guard (for
-    /// bindings; release with [`RwLock::release`]). `interrupted` is polled
-    /// at least every 50 ms while waiting; when it returns true nothing
-    /// stays held and the call returns [`Error::Interrupted`]. Ok(false)
-    /// means the timeout ran out.
+    /// bindings; release with [`RwLock::release`]), waiting until
+    /// `deadline` (a [`Deadline`], or a timeout: None waits forever, zero
+    /// tries once). `interrupted` is asked at least every 50 ms while
+    /// waiting; when it answers true nothing stays held and the call
+    /// returns [`Error::Interrupted`].
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the deadline passes, and those of
+    /// [`RwLock::write`].
     pub fn acquire_write_interruptibly(
         &self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        self.acquire_interruptibly(Mode::Write, timeout, interrupted)
+        deadline: impl Into<Deadline>,
+        interrupted: Interrupt<'_>,
+    ) -> Result<()> {
+        self.acquire_interruptibly(Mode::Write, deadline.into(), interrupted)
     }
 
     /// A read lock for the calling thread, like
     /// [`RwLock::acquire_write_interruptibly`].
     pub fn acquire_read_interruptibly(
         &self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        self.acquire_interruptibly(Mode::Read, timeout, interrupted)
+        deadline: impl Into<Deadline>,
+        interrupted: Interrupt<'_>,
+    ) -> Result<()> {
+        self.acquire_interruptibly(Mode::Read, deadline.into(), interrupted)
     }
 
     fn acquire_interruptibly(
         &self,
         mode: Mode,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        self.holds.acquire(holder_number(), || {
+        deadline: Deadline,
+        interrupted: Interrupt<'_>,
+    ) -> Result<()> {
+        self.holds.acquire(holder_number(), deadline, || {
             let identity = holder_identity(&self.prefix);
-            let hold = self.quorum.acquire(mode, &identity, timeout, interrupted)?;
+            let hold = self
+                .quorum
+                .acquire(mode, &identity, deadline, interrupted)?;
             Ok(hold.map(Arc::new))
         })
     }

@@ -9,6 +9,7 @@ use super::memory::MemoryNode;
 use super::node::NetLocker;
 use super::RwLock;
 use crate::error::Error;
+use crate::wait::InTime;
 
 const RESOURCE: &str = "shared";
 
@@ -85,10 +86,12 @@ fn one_writer_or_many_readers() {
     let (l, z) = (lock.clone(), Some(Duration::ZERO));
     assert!(!on_other_thread(move || l
         .acquire_write_interruptibly(z, &|| false)
+        .in_time()
         .unwrap()));
     let l = lock.clone();
     assert!(!on_other_thread(move || l
         .acquire_read_interruptibly(z, &|| false)
+        .in_time()
         .unwrap()));
     assert!(writing.release().unwrap());
     eventually(|| grants(&nodes) == [0; 5]);
@@ -96,18 +99,25 @@ fn one_writer_or_many_readers() {
     let reading = lock.read(Some(Duration::ZERO)).unwrap();
     let l = lock.clone();
     assert!(on_other_thread(move || {
-        let shared = l.acquire_read_interruptibly(z, &|| false).unwrap();
+        let shared = l
+            .acquire_read_interruptibly(z, &|| false)
+            .in_time()
+            .unwrap();
         l.release().unwrap();
         shared
     }));
     let l = lock.clone();
     assert!(!on_other_thread(move || l
         .acquire_write_interruptibly(z, &|| false)
+        .in_time()
         .unwrap()));
     drop(reading);
     let l = lock.clone();
     assert!(on_other_thread(move || {
-        let got = l.acquire_write_interruptibly(z, &|| false).unwrap();
+        let got = l
+            .acquire_write_interruptibly(z, &|| false)
+            .in_time()
+            .unwrap();
         l.release().unwrap();
         got
     }));
@@ -258,7 +268,7 @@ fn a_crashed_holders_grants_expire_by_ttl() {
     let l = lock.clone();
     // A hold whose refresher stops: the thread "crashes" without releasing.
     on_other_thread(move || {
-        assert!(l.acquire_write_interruptibly(None, &|| false).unwrap());
+        l.acquire_write_interruptibly(None, &|| false).unwrap();
         l.abandon();
     });
     let started = Instant::now();
@@ -332,7 +342,7 @@ fn a_contended_write_on_two_nodes_is_denied_not_failed() {
     let wait = Duration::from_millis(300);
     let started = Instant::now();
     let got = on_other_thread(move || l.acquire_write_interruptibly(Some(wait), &|| false));
-    assert!(matches!(got, Ok(false)), "{got:?}");
+    assert!(matches!(got, Err(Error::Timeout { .. })), "{got:?}");
     assert!(started.elapsed() >= wait);
 }
 

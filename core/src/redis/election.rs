@@ -16,9 +16,10 @@ use super::server::{server, COMMAND_TIMEOUT};
 use super::session::{Binding, Session, SessionState};
 use super::slots::Shape;
 use crate::error::{Error, Result};
+use crate::health;
 use crate::holds::{Holds, ProcessHolds};
 use crate::identity::{random_hex, request_token};
-use crate::limits;
+use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
 /// How often an observer with nothing to read asks whether the leader's
 /// lease ran out (nobody else may notice, and so record, its end).
@@ -98,17 +99,22 @@ impl Election {
     /// this election leads already, [`Error::LockUnhealthy`] when the
     /// session is lost, [`Error::Backend`] if Redis cannot be reached.
     pub fn campaign(&self, value: &str, timeout: Option<Duration>) -> Result<bool> {
-        self.campaign_interruptibly(value, timeout, &|| false)
+        self.campaign_interruptibly(value, timeout, NEVER).in_time()
     }
 
-    /// [`Election::campaign`] with an interrupt check polled at least
-    /// every 50 ms (see `Lock::acquire_interruptibly`).
+    /// [`Election::campaign`] until `deadline`, with an interrupt check
+    /// asked at least every 50 ms (see `Lock::acquire_interruptibly`).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the deadline passes, and those of
+    /// [`Election::campaign`].
     pub fn campaign_interruptibly(
         &self,
         value: &str,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
+        deadline: impl Into<Deadline>,
+        interrupted: Interrupt<'_>,
+    ) -> Result<()> {
+        let deadline = deadline.into();
         if value.is_empty() {
             return Err(Error::config("a campaign's value must not be empty"));
         }
@@ -124,16 +130,12 @@ impl Election {
             self.suffix
         );
         let token = request_token(&identity);
-        match self
+        let hold = self
             .semaphore
-            .acquire(&token, value, timeout, interrupted)?
-        {
-            Some(hold) => {
-                self.term().insert((), hold);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+            .acquire(&token, value, deadline, interrupted)?
+            .ok_or_else(|| deadline.ran_out(format!("leadership of {}", self.semaphore.what())))?;
+        self.term().insert((), hold);
+        Ok(())
     }
 
     /// Steps down; the next campaigner takes over at once. Ok(false) when
@@ -146,7 +148,12 @@ impl Election {
             .term()
             .remove(&())
             .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))?;
-        self.semaphore.release(hold)
+        let resigned = self.semaphore.release(hold);
+        if matches!(resigned, Ok(false)) {
+            let what = format!("leadership of {}", self.semaphore.what());
+            health::warn_lost_before(&what, "resigned", "another leader");
+        }
+        resigned
     }
 
     /// The current leader's value, None when nobody leads. Asks Redis.
@@ -228,16 +235,17 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// Waits up to `timeout` (None: forever) for the next change; the first
-    /// call returns the current state at once. Ok(None) when the timeout
-    /// ran out; [`Error::Interrupted`] once `interrupted` answers true
-    /// (polled at least every 50 ms).
+    /// Waits until `deadline` (a [`Deadline`], or a timeout: None waits
+    /// forever) for the next change; the first call returns the current
+    /// state at once. Ok(None) when the deadline passed first: no change is
+    /// an answer here, not a failure. [`Error::Interrupted`] once
+    /// `interrupted` answers true (asked at least every 50 ms).
     pub fn next_change(
         &mut self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
+        deadline: impl Into<Deadline>,
+        interrupted: Interrupt<'_>,
     ) -> Result<Option<Term>> {
-        let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
+        let give_up_at = deadline.into().check()?.at();
         let caller = Caller::new(give_up_at, interrupted);
         loop {
             if let Some(term) = self.pending.pop_front() {

@@ -2,9 +2,12 @@
 //! the same task names and runs only the tasks whose lock it wins under its
 //! session, skipping taken ones without waiting.
 
+use std::time::Duration;
+
 use super::lock::Lock;
 use super::session::Session;
 use crate::error::Result;
+use crate::wait::{InTime, NEVER};
 
 /// Tries each name's lock once under `session` and yields only the ones
 /// won. A [`Claim`] holds its lock until dropped, so in a `for` loop each
@@ -54,8 +57,9 @@ where
                 .session(self.session)
                 .build()
                 .and_then(|lock| {
-                    let won =
-                        lock.acquire_interruptibly(Some(std::time::Duration::ZERO), &|| false)?;
+                    let won = lock
+                        .acquire_interruptibly(Duration::ZERO, NEVER)
+                        .in_time()?;
                     Ok(won.then(|| Claim {
                         name: name.to_owned(),
                         lock,

@@ -16,6 +16,7 @@ use crate::holds::PerHolder;
 use crate::identity::{holder_identity, holder_number, random_hex, request_token};
 use crate::lease::{Lease, LeaseOptions};
 use crate::limits;
+use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
 /// A distributed mutual-exclusion lock on one Redis server (or Cluster).
 ///
@@ -180,19 +181,15 @@ impl Lock {
     /// if this thread holds it already, [`Error::Backend`] if Redis cannot
     /// be reached.
     pub fn acquire(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
-        if self.acquire_interruptibly(timeout, &|| false)? {
-            Ok(LockGuard::new(self))
-        } else {
-            Err(Error::Timeout {
-                what: self.semaphore.what().to_owned(),
-                waited: timeout.unwrap_or_default(),
-            })
-        }
+        self.acquire_interruptibly(timeout, NEVER)?;
+        Ok(LockGuard::new(self))
     }
 
     /// One attempt, never waits: a guard if the lock was free.
     pub fn try_acquire(&self) -> Result<Option<LockGuard<'_>>> {
-        let acquired = self.acquire_interruptibly(Some(Duration::ZERO), &|| false)?;
+        let acquired = self
+            .acquire_interruptibly(Duration::ZERO, NEVER)
+            .in_time()?;
         Ok(acquired.then(|| LockGuard::new(self)))
     }
 
@@ -207,19 +204,25 @@ impl Lock {
     }
 
     /// Acquires for the calling thread without a guard (for bindings and
-    /// callers that release elsewhere with [`Lock::release`]). `interrupted`
-    /// is polled at least every 50 ms while waiting; when it returns true
-    /// the wait is abandoned, nothing stays held, and the call returns
-    /// [`Error::Interrupted`]. Ok(false) means the timeout ran out.
+    /// callers that release elsewhere with [`Lock::release`]), waiting
+    /// until `deadline` (a [`Deadline`], or a timeout: None waits forever,
+    /// zero tries once). `interrupted` is asked at least every 50 ms while
+    /// waiting; when it answers true the wait is abandoned, nothing stays
+    /// held, and the call returns [`Error::Interrupted`].
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the deadline passes, and those of
+    /// [`Lock::acquire`].
     pub fn acquire_interruptibly(
         &self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        self.holds.acquire(holder_number(), || {
+        deadline: impl Into<Deadline>,
+        interrupted: Interrupt<'_>,
+    ) -> Result<()> {
+        let deadline = deadline.into();
+        self.holds.acquire(holder_number(), deadline, || {
             let token = request_token(&holder_identity(&self.prefix));
             self.semaphore
-                .acquire(&token, &self.value, timeout, interrupted)
+                .acquire(&token, &self.value, deadline, interrupted)
         })
     }
 

@@ -23,6 +23,7 @@ use crate::identity::random_hex;
 use crate::lease::Lease;
 use crate::limits;
 use crate::runtime;
+use crate::wait::{Deadline, Interrupt};
 
 /// How often a waiter renews its place, and re-checks for holders whose
 /// lease ran out (they free a slot without anyone releasing it).
@@ -93,24 +94,24 @@ impl Semaphore {
         &self.slots.what
     }
 
-    /// Waits up to `timeout` (None: forever, zero: one attempt) for a slot
-    /// for `token`. `interrupted` is polled at least every 50 ms while
+    /// Waits until `deadline` (a zero timeout: one attempt) for a slot
+    /// for `token`. `interrupted` is asked at least every 50 ms while
     /// waiting; when it answers true the wait is abandoned and nothing is
-    /// left held or queued. Ok(None) means the timeout ran out.
+    /// left held or queued. Ok(None) means the deadline passed.
     /// `value` is stored with a grant under a session ("" for none).
     pub(crate) fn acquire(
         &self,
         token: &str,
         value: &str,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
+        deadline: Deadline,
+        interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
         let meta = match &self.slots.binding {
             Some(binding) => binding.meta(value)?,
             None => String::new(),
         };
-        let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
-        if timeout == Some(Duration::ZERO) {
+        deadline.check()?;
+        if deadline.is_one_attempt() {
             // One attempt, which no deadline cuts short.
             let caller = Caller::new(None, interrupted);
             return match self.attempt(&caller, token, &meta, Duration::ZERO) {
@@ -125,7 +126,7 @@ impl Semaphore {
                 }
             };
         }
-        let caller = Caller::new(give_up_at, interrupted);
+        let caller = Caller::new(deadline.at(), interrupted);
         let mut unanswered = false;
         let waited = match self.wait_in_queue(&caller, token, &meta, &mut unanswered) {
             // The deadline came while a request was unanswered.
@@ -371,16 +372,11 @@ impl Semaphore {
         self.slots.release_as(token, true)
     }
 
-    /// Waits up to `timeout` until no slot is held (Go's WaitGroup.Wait).
+    /// Waits until `deadline` until no slot is held (Go's WaitGroup.Wait).
     /// Woken by the release of the last slot; re-checks every 500 ms for
-    /// holders whose lease ran out. Ok(false) when the timeout ran out.
-    pub(crate) fn wait_idle(
-        &self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        let give_up_at = limits::deadline(Instant::now(), limits::wait(timeout)?);
-        let caller = Caller::new(give_up_at, interrupted);
+    /// holders whose lease ran out. Ok(false) when the deadline passed.
+    pub(crate) fn wait_idle(&self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<bool> {
+        let caller = Caller::new(deadline.check()?.at(), interrupted);
         let watcher = format!("watch-{}", random_hex(12));
         let waited = match self.watch_until_idle(&caller, &watcher) {
             // The deadline came while a request was unanswered.

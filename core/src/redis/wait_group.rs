@@ -13,9 +13,11 @@ use super::semaphore::Semaphore;
 use super::server::server;
 use super::slots::Shape;
 use crate::error::{Error, Result};
+use crate::health;
 use crate::holds::{Holds, Leaving};
 use crate::identity::uuid4;
 use crate::lease::LeaseOptions;
+use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
 /// At most `limit` holders at a time across every process, however many
 /// crash: a crashed holder's slot comes free after `ttl`.
@@ -127,7 +129,7 @@ impl WaitGroup {
     /// timeout over 100 years, [`Error::Backend`] if Redis cannot be
     /// reached.
     pub fn acquire(&self, timeout: Option<Duration>) -> Result<Slot<'_>> {
-        let token = self.enter(timeout, &|| false)?;
+        let token = self.enter(timeout, NEVER)?;
         Ok(Slot {
             group: self,
             token,
@@ -138,14 +140,16 @@ impl WaitGroup {
     /// Takes a slot and returns its token (a UUID), to be freed with
     /// [`WaitGroup::done`] from this process or any other. This process
     /// keeps it alive until another one [adopts](WaitGroup::adopt) it;
-    /// dropping the group does not free it. `interrupted` is polled at
-    /// least every 50 ms while waiting; when it answers true nothing stays
-    /// held and the call returns [`Error::Interrupted`].
+    /// dropping the group does not free it. Waits until `deadline` (a
+    /// [`Deadline`], or a timeout: None waits forever, zero tries once).
+    /// `interrupted` is asked at least every 50 ms while waiting; when it
+    /// answers true nothing stays held and the call returns
+    /// [`Error::Interrupted`].
     ///
     /// # Errors
-    /// [`Error::Timeout`] when the wait runs out.
-    pub fn add(&self, timeout: Option<Duration>, interrupted: &dyn Fn() -> bool) -> Result<String> {
-        self.take(timeout, interrupted, false)
+    /// [`Error::Timeout`] when the deadline passes.
+    pub fn add(&self, deadline: impl Into<Deadline>, interrupted: Interrupt<'_>) -> Result<String> {
+        self.take(deadline.into(), interrupted, false)
     }
 
     /// Takes a slot for a block that ends with [`WaitGroup::leave`] (a
@@ -156,31 +160,27 @@ impl WaitGroup {
     /// [`Error::Timeout`] when the wait runs out.
     pub fn enter(
         &self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
+        deadline: impl Into<Deadline>,
+        interrupted: Interrupt<'_>,
     ) -> Result<String> {
-        self.take(timeout, interrupted, true)
+        self.take(deadline.into(), interrupted, true)
     }
 
     fn take(
         &self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
+        deadline: Deadline,
+        interrupted: Interrupt<'_>,
         in_block: bool,
     ) -> Result<String> {
         let token = uuid4();
-        match self.semaphore.acquire(&token, "", timeout, interrupted)? {
-            Some(hold) => {
-                self.slots
-                    .get()
-                    .insert(token.clone(), Held { hold, in_block });
-                Ok(token)
-            }
-            None => Err(Error::Timeout {
-                what: format!("a slot of {}", self.semaphore.what()),
-                waited: timeout.unwrap_or_default(),
-            }),
-        }
+        let hold = self
+            .semaphore
+            .acquire(&token, "", deadline, interrupted)?
+            .ok_or_else(|| deadline.ran_out(format!("a slot of {}", self.semaphore.what())))?;
+        self.slots
+            .get()
+            .insert(token.clone(), Held { hold, in_block });
+        Ok(token)
     }
 
     /// Frees the slot of `token`, whichever process took it. Ok(false) if
@@ -189,9 +189,19 @@ impl WaitGroup {
     pub fn done(&self, token: &str) -> Result<bool> {
         let held = self.slots.get().remove(token);
         match held {
-            Some(held) => self.semaphore.release(held.hold),
+            Some(held) => self.free(held),
             None => self.semaphore.release_token(token),
         }
+    }
+
+    /// Frees a slot this process holds, warning if it had been lost.
+    fn free(&self, held: Held) -> Result<bool> {
+        let freed = self.semaphore.release(held.hold);
+        if matches!(freed, Ok(false)) {
+            let what = format!("a slot of {}", self.semaphore.what());
+            health::warn_lost_before(&what, "freed", "more than its limit");
+        }
+        freed
     }
 
     /// Takes over keeping the slot of `token` alive, typically in the
@@ -236,28 +246,37 @@ impl WaitGroup {
     /// block).
     pub fn leave(&self, token: &str) -> Result<bool> {
         match self.slots.leave(token) {
-            Leaving::Held(held) => self.semaphore.release(held.hold),
+            Leaving::Held(held) => self.free(held),
             Leaving::Inherited => Ok(true),
             Leaving::NotHeld => Ok(false),
         }
     }
 
-    /// Waits up to `timeout` (None: forever) until no slot is held.
-    /// Ok(false) when the timeout ran out. Interruptible like [`WaitGroup::add`].
+    /// Waits until `deadline` until no slot is held. Interruptible like
+    /// [`WaitGroup::add`].
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the deadline passes first.
     pub fn wait_interruptibly(
         &self,
-        timeout: Option<Duration>,
-        interrupted: &dyn Fn() -> bool,
-    ) -> Result<bool> {
-        self.semaphore.wait_idle(timeout, interrupted)
+        deadline: impl Into<Deadline>,
+        interrupted: Interrupt<'_>,
+    ) -> Result<()> {
+        let deadline = deadline.into();
+        if self.semaphore.wait_idle(deadline, interrupted)? {
+            Ok(())
+        } else {
+            Err(deadline.ran_out(format!("{} to have no slot held", self.semaphore.what())))
+        }
     }
 
-    /// Waits up to `timeout` (None: forever) until no slot is held.
+    /// Waits up to `timeout` (None: forever) until no slot is held;
+    /// Ok(false) when the timeout ran out.
     ///
     /// # Errors
     /// [`Error::Config`] for a timeout over 100 years.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
-        self.wait_interruptibly(timeout, &|| false)
+        self.wait_interruptibly(timeout, NEVER).in_time()
     }
 
     /// Live slots, asked of Redis.

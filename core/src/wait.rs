@@ -1,0 +1,163 @@
+//! What ends a caller's wait other than getting what it waits for: its
+//! [`Deadline`] and its [`Interrupt`] check. Every wait of the core takes
+//! both and answers a deadline that passed with [`Error::Timeout`], worded
+//! here once, so a binding neither builds timeouts nor keeps deadlines of
+//! its own.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::limits;
+
+/// Asked while a wait blocks (at least every 50 ms, and whenever a signal
+/// ends a read): true abandons the wait, which then leaves nothing held or
+/// queued and returns [`Error::Interrupted`]. A binding answers it from its
+/// interpreter (Python's pending signals, Ruby's thread interrupts); a Rust
+/// caller that needs none passes [`NEVER`].
+pub type Interrupt<'a> = &'a dyn Fn() -> bool;
+
+/// The interrupt check of a caller that cannot be interrupted.
+pub const NEVER: Interrupt<'static> = &|| false;
+
+/// When a wait gives up, fixed when the wait is first asked for: a wait
+/// resumed after an interrupt that did not end it (a Ruby signal trap, a
+/// deferred `Thread#raise`) keeps its deadline instead of starting over.
+///
+/// A zero timeout means one attempt, never cut short by the deadline; the
+/// attempt is made even by a deadline that has passed, so a resumed wait
+/// always asks the server once more before it times out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadline {
+    timeout: Option<Duration>,
+    at: Option<Instant>,
+}
+
+impl Deadline {
+    /// A wait of `timeout` starting now (None: forever).
+    pub fn after(timeout: Option<Duration>) -> Self {
+        Deadline {
+            timeout,
+            at: limits::deadline(Instant::now(), timeout),
+        }
+    }
+
+    /// No deadline: the wait ends only when granted, interrupted or failed.
+    pub fn never() -> Self {
+        Deadline::after(None)
+    }
+
+    /// The timeout this deadline was made from (None: forever).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// The instant the wait gives up; None for forever (or past what
+    /// `Instant` can hold).
+    pub fn at(&self) -> Option<Instant> {
+        self.at
+    }
+
+    /// Time left until the deadline, zero once it passed; None for forever.
+    pub fn left(&self) -> Option<Duration> {
+        self.at
+            .map(|at| at.saturating_duration_since(Instant::now()))
+    }
+
+    /// A one-attempt wait (`timeout` zero, `try_acquire`).
+    pub(crate) fn is_one_attempt(&self) -> bool {
+        self.timeout == Some(Duration::ZERO)
+    }
+
+    /// Checks the timeout: at most [`crate::MAX_WAIT`].
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a timeout over 100 years.
+    pub fn check(&self) -> Result<Self> {
+        limits::wait(self.timeout)?;
+        Ok(*self)
+    }
+
+    /// The error a wait for `what` ends with when this deadline passed.
+    pub(crate) fn ran_out(&self, what: impl Into<String>) -> Error {
+        Error::Timeout {
+            what: what.into(),
+            waited: self.timeout.unwrap_or_default(),
+        }
+    }
+}
+
+impl From<Option<Duration>> for Deadline {
+    fn from(timeout: Option<Duration>) -> Self {
+        Deadline::after(timeout)
+    }
+}
+
+impl From<Duration> for Deadline {
+    fn from(timeout: Duration) -> Self {
+        Deadline::after(Some(timeout))
+    }
+}
+
+/// For the faces that answer a wait with true or false (`acquire() ->
+/// bool`, like `threading.Lock`; `WaitGroup::wait`): a wait that timed out
+/// is `false`; every other failure stays an error.
+pub trait InTime {
+    fn in_time(self) -> Result<bool>;
+}
+
+impl InTime for Result<()> {
+    fn in_time(self) -> Result<bool> {
+        match self {
+            Ok(()) => Ok(true),
+            Err(Error::Timeout { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_is_fixed_when_made() {
+        let deadline = Deadline::after(Some(Duration::from_millis(30)));
+        let first = deadline.left().unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(deadline.left(), Some(Duration::ZERO));
+        assert!(first <= Duration::from_millis(30));
+        assert_eq!(Deadline::never().left(), None);
+    }
+
+    #[test]
+    fn only_a_zero_timeout_is_one_attempt() {
+        assert!(Deadline::after(Some(Duration::ZERO)).is_one_attempt());
+        assert!(!Deadline::after(Some(Duration::from_millis(1))).is_one_attempt());
+        assert!(!Deadline::never().is_one_attempt());
+    }
+
+    #[test]
+    fn timeouts_over_a_century_are_refused() {
+        let century = Duration::from_secs(101 * 365 * 24 * 3600);
+        assert!(matches!(
+            Deadline::after(Some(century)).check(),
+            Err(Error::Config(_))
+        ));
+        assert!(Deadline::after(Some(Duration::from_secs(1)))
+            .check()
+            .is_ok());
+    }
+
+    #[test]
+    fn a_timeout_reads_as_false_and_other_errors_stay() {
+        let deadline = Deadline::after(Some(Duration::from_secs(2)));
+        let timed_out = Err(deadline.ran_out("lock \"deploy\""));
+        assert_eq!(
+            timed_out.as_ref().unwrap_err().to_string(),
+            "timed out after 2s waiting for lock \"deploy\""
+        );
+        assert!(!timed_out.in_time().unwrap());
+        assert!(Ok(()).in_time().unwrap());
+        assert!(Err(Error::Interrupted("x".into())).in_time().is_err());
+    }
+}
