@@ -11,6 +11,7 @@ mod command;
 mod convert;
 mod election;
 mod error;
+mod exclusive;
 mod gcs_lock;
 mod lock;
 mod logging;
@@ -55,6 +56,11 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.py().get_type::<election::Observer>(),
     )?;
     module.add("RedisTerm", module.py().get_type::<election::Term>())?;
+    module.add(
+        "RedisClaim",
+        module.py().get_type::<exclusive::RedisClaim>(),
+    )?;
+    module.add_function(wrap_pyfunction!(exclusive::redis_claim, module)?)?;
     module.add_function(wrap_pyfunction!(session::redis_holder, module)?)?;
     module.add_function(wrap_pyfunction!(command::run_command, module)?)?;
     let before_exit = wrap_pyfunction!(unlocked::before_exit, module)?;

@@ -10,6 +10,7 @@ mod command;
 mod convert;
 mod election;
 mod errors;
+mod exclusive;
 mod gcs_lock;
 mod lock;
 mod nogvl;
@@ -26,6 +27,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     lockyard.const_set("VERSION", env!("CARGO_PKG_VERSION"))?;
     let redis = lockyard.define_module("Redis")?;
     lock::define(ruby, redis)?;
+    exclusive::define(ruby, redis)?;
     wait_group::define(ruby, redis)?;
     session::define(ruby, redis)?;
     election::define(ruby, redis)?;

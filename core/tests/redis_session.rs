@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockyard::redis::{exclusive, holder, Behavior, Election, Lock, Session, Term};
+use lockyard::redis::{claim, exclusive, holder, Behavior, Election, Lock, Session, Term};
 use lockyard::wait::InTime;
 use lockyard::Error;
 use support::{eventually, RedisServer};
@@ -181,6 +181,26 @@ fn exclusive_yields_only_the_names_this_worker_won_and_releases_each() {
     // Released as the loop moved on.
     let rival = lock_under(&server, "t1", &other, "other");
     assert!(rival.try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn a_claim_is_one_step_of_exclusive_and_leave_ends_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let other = session(&server, 5000, Behavior::Release, 0);
+    let mine = session(&server, 5000, Behavior::Release, 0);
+    let won = claim(&url, "task", &mine)
+        .unwrap()
+        .expect("a free name is won");
+    assert!(claim(&url, "task", &other).unwrap().is_none(), "taken");
+    // Another thread is not the winner: it cannot end the claim's block.
+    std::thread::scope(|s| {
+        let left = s.spawn(|| won.leave()).join().unwrap();
+        assert!(matches!(left, Err(Error::NotLocked(_))), "{left:?}");
+    });
+    assert!(won.leave().unwrap());
+    let next = claim(&url, "task", &other).unwrap();
+    assert!(next.is_some(), "free again once the winner's block ended");
 }
 
 #[test]

@@ -17,6 +17,7 @@ __all__ = [
     "GcsLock",
     "QuorumRwLock",
     "RedisElection",
+    "RedisClaim",
     "RedisLock",
     "RedisObserver",
     "RedisSession",
@@ -24,6 +25,7 @@ __all__ = [
     "RedisTerm",
     "RedisWaitGroup",
     "__version__",
+    "redis_claim",
     "redis_holder",
     "run_command",
 ]
@@ -296,5 +298,17 @@ class RedisTerm:
     @property
     def fencing_token(self) -> int: ...
 
+@final
+class RedisClaim:
+    """A task ``exclusive`` won: its lock, held until ``__exit__``."""
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+def redis_claim(url: str, name: str, session: RedisSession) -> RedisClaim | None: ...
 def redis_holder(url: str, name: str) -> str | None: ...
 def run_command(args: list[str]) -> int: ...

@@ -18,7 +18,7 @@ from lockyard._lockyard import RedisSession as Session
 from lockyard._lockyard import RedisSlot as Slot
 from lockyard._lockyard import RedisTerm as Term
 from lockyard._lockyard import RedisWaitGroup as WaitGroup
-from lockyard._lockyard import redis_holder
+from lockyard._lockyard import redis_claim, redis_holder
 
 __all__ = [
     "Election",
@@ -56,8 +56,8 @@ def exclusive(url: str, names: Iterable[str], *, session: Session) -> Iterator[s
     ...     session.check_health()  # before each step that must not run twice
     """
     for name in names:
-        lock = Lock(url, name, session=session)
-        if not lock.try_acquire():
+        claim = redis_claim(url, name, session)
+        if claim is None:
             continue
         # Ends the task's block as `with` would: in a process forked inside
         # it the lock is the parent's and stays held, and a failing release
@@ -66,9 +66,9 @@ def exclusive(url: str, names: Iterable[str], *, session: Session) -> Iterator[s
         try:
             yield name
         except GeneratorExit:
-            lock.__exit__(None, None, None)
+            claim.__exit__(None, None, None)
             raise
         except BaseException as raised:
-            lock.__exit__(type(raised), raised, raised.__traceback__)
+            claim.__exit__(type(raised), raised, raised.__traceback__)
             raise
-        lock.__exit__(None, None, None)
+        claim.__exit__(None, None, None)

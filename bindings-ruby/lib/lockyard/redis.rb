@@ -235,6 +235,8 @@ module Lockyard
     end
     private_class_method :holder_value
 
+    private_constant :Claim
+
     # Mutually exclusive workers: tries each name's lock once under +session+
     # and yields only the names won, skipping taken ones without waiting.
     # Each lock is held while the block runs and released when it returns,
@@ -244,10 +246,10 @@ module Lockyard
       return enum_for(:each_exclusive, url: url, names: names, session: session) unless block_given?
 
       names.each do |name|
-        lock = Lock.new(url: url, name: name, session: session)
-        next unless lock.try_lock
+        claim = Claim.take(url, name, session)
+        next unless claim
 
-        Lockyard.give_back_after(-> { lock.__send__(:leave) }) { yield name }
+        Lockyard.give_back_after(-> { claim.leave }) { yield name }
       end
       nil
     end

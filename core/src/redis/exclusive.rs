@@ -51,28 +51,28 @@ where
     type Item = Result<Claim>;
 
     fn next(&mut self) -> Option<Result<Claim>> {
-        for name in self.names.by_ref() {
-            let name = name.as_ref();
-            let claimed = Lock::builder(self.url.as_str(), name)
-                .session(self.session)
-                .build()
-                .and_then(|lock| {
-                    let won = lock
-                        .acquire_interruptibly(Duration::ZERO, NEVER)
-                        .in_time()?;
-                    Ok(won.then(|| Claim {
-                        name: name.to_owned(),
-                        lock,
-                    }))
-                });
-            match claimed {
-                Ok(None) => continue,
-                Ok(Some(claim)) => return Some(Ok(claim)),
-                Err(e) => return Some(Err(e)),
-            }
-        }
-        None
+        self.names
+            .by_ref()
+            .find_map(|name| claim(&self.url, name.as_ref(), self.session).transpose())
     }
+}
+
+/// One step of [`exclusive`], for a binding that walks the names itself:
+/// tries `name`'s lock once under `session`, for the calling thread. A
+/// [`Claim`] if won; Ok(None) if another worker holds it.
+///
+/// # Errors
+/// [`crate::Error::Backend`] if Redis cannot be reached,
+/// [`crate::Error::LockUnhealthy`] if the session is lost.
+pub fn claim(url: &str, name: &str, session: &Session) -> Result<Option<Claim>> {
+    let lock = Lock::builder(url, name).session(session).build()?;
+    let won = lock
+        .acquire_interruptibly(Duration::ZERO, NEVER)
+        .in_time()?;
+    Ok(won.then(|| Claim {
+        name: name.to_owned(),
+        lock,
+    }))
 }
 
 /// A task this worker won; its lock is released when the claim is dropped.
@@ -91,6 +91,17 @@ impl Claim {
     /// The grant's fencing token.
     pub fn fencing_token(&self) -> u64 {
         self.lock.fencing_token().unwrap_or_default()
+    }
+
+    /// Ends the task's block on the thread that won it, as a `with` or a
+    /// block's `ensure` would: releases the lock, except in a process
+    /// forked during the task, where the lock is the parent's and this does
+    /// nothing (Ok(true)). Ok(false) when the lock had been lost meanwhile.
+    ///
+    /// # Errors
+    /// [`crate::Error::NotLocked`] on another thread than the winner's.
+    pub fn leave(&self) -> Result<bool> {
+        self.lock.leave()
     }
 
     /// The session's health, which is the claim's.

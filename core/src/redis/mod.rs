@@ -21,7 +21,7 @@ mod wait_group;
 pub use crate::lease::{seconds, LeaseBuilder};
 pub use admin::{force_release, inspect, HolderState, LockState};
 pub use election::{Election, Observer, Term};
-pub use exclusive::{exclusive, Claim, Exclusive};
+pub use exclusive::{claim, exclusive, Claim, Exclusive};
 #[cfg(feature = "quorum")]
 pub(crate) use keys::check_name;
 pub use lock::{holder, Lock, LockBuilder, LockGuard};
