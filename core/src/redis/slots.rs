@@ -148,7 +148,7 @@ impl Slots {
                 .arg(tombstone_ms)
                 .invoke::<i64>(conn)
             }) {
-            Err(e) if e.is_transient() || matches!(e, Error::Timeout { .. }) => {
+            Err(e) if e.went_unanswered() => {
                 self.leave_in_background(token.to_owned(), tombstone_ms);
                 Ok(())
             }
