@@ -10,7 +10,6 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use super::keepalive::{Member, Membership};
-use super::scripts::{prepare, SCRIPTS};
 use super::slots::{Renewal, Slots, WAITER_LEASE};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
@@ -98,16 +97,8 @@ fn take_up(s: &Slots, token: &str, refresher: &str, valid_until: Stamp) -> Resul
         // outlast it.
         let window = valid_until.left().max(Duration::from_millis(100));
         let outcome = s.route.run("refresh", window, |conn| {
-            prepare(
-                &SCRIPTS.refresh,
-                &s.keys,
-                s.shape.limit(),
-                conn.fence_base(),
-            )
-            .arg(token)
-            .arg(s.lease.ttl_ms())
-            .arg(refresher)
-            .invoke(conn)
+            s.refresh_script(conn.fence_base(), token, refresher)
+                .invoke(conn)
         });
         match outcome {
             Err(e) => {

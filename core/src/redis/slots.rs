@@ -296,17 +296,9 @@ impl Slots {
                 "refresh",
                 self.lease.background_timeout(),
                 |mut conn| async move {
-                    prepare(
-                        &SCRIPTS.refresh,
-                        &self.keys,
-                        self.shape.limit(),
-                        conn.fence_base(),
-                    )
-                    .arg(token)
-                    .arg(self.lease.ttl_ms())
-                    .arg(refresher)
-                    .invoke_async(&mut conn)
-                    .await
+                    self.refresh_script(conn.fence_base(), token, refresher)
+                        .invoke_async(&mut conn)
+                        .await
                 },
             )
             .await?;
@@ -315,6 +307,22 @@ impl Slots {
             Some(2) => Renewal::Adopted,
             _ => Renewal::Lost,
         })
+    }
+
+    /// The script call that extends `token`'s lease by the shared TTL on
+    /// the node whose fence base is `fence_base`, by `refresher`.
+    pub(crate) fn refresh_script(
+        &self,
+        fence_base: u64,
+        token: &str,
+        refresher: &str,
+    ) -> ScriptInvocation<'static> {
+        let mut invocation = prepare(&SCRIPTS.refresh, &self.keys, self.shape.limit(), fence_base);
+        invocation
+            .arg(token)
+            .arg(self.lease.ttl_ms())
+            .arg(refresher);
+        invocation
     }
 
     /// The name is recorded as `kind` with `limit`, not what this client is.
