@@ -31,10 +31,6 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    pub(crate) fn check_health(&self, what: &str) -> Result<()> {
-        self.health.check(what)
-    }
-
     /// A granted slot, kept alive from now on by this process's refresher
     /// `refresher` (or by the session it was taken under).
     pub(crate) fn keep(

@@ -286,7 +286,7 @@ impl WaitGroup {
         let what = format!("slot {token} of {}", self.semaphore.what());
         match self.slots.get().get(token) {
             None => Err(Error::NotLocked(what)),
-            Some(held) => held.hold.check_health(&what),
+            Some(held) => held.hold.health.check(&what),
         }
     }
 }
