@@ -121,6 +121,15 @@ impl Error {
             }
         )
     }
+
+    /// True when a request got no answer that settles it: the backend
+    /// could not be asked for now ([`Error::is_transient`]), or the
+    /// caller's deadline came first. The request may still have taken
+    /// effect, or reach the server later; only asking again tells.
+    #[cfg(feature = "redis")]
+    pub(crate) fn went_unanswered(&self) -> bool {
+        self.is_transient() || self.is_timeout()
+    }
 }
 
 #[cfg(all(test, feature = "redis"))]
@@ -170,5 +179,18 @@ mod tests {
         assert!(silent.is_transient());
         assert!(silent.source().is_none());
         assert!(!Error::Config("bad".into()).is_transient());
+    }
+
+    #[test]
+    fn a_request_cut_short_or_failing_for_now_went_unanswered() {
+        let cut_short = Error::Timeout {
+            what: "lock \"deploy\"".into(),
+            waited: std::time::Duration::from_millis(100),
+        };
+        assert!(cut_short.went_unanswered());
+        assert!(Error::backend_transient("r", "cancel", "no answer in time").went_unanswered());
+        assert!(!Error::backend("r", "cancel", "unexpected reply").went_unanswered());
+        assert!(!Error::Interrupted("lock \"deploy\"".into()).went_unanswered());
+        assert!(!Error::NotLocked("lock \"deploy\"".into()).went_unanswered());
     }
 }

@@ -195,38 +195,61 @@ impl LeaseOptions {
     }
 }
 
-/// The inherent lease setters of a builder whose options sit in a
-/// [`LeaseOptions`] field named `lease`. Each builder gives every setter
-/// its own doc comment (defaults and wording differ by primitive);
-/// `connect_timeout` may be left out (the GCS lock connects over HTTP with
-/// a request timeout instead).
+/// The lease setters of a builder whose options sit in a [`LeaseOptions`]
+/// field named `lease`, in an `impl` block of their own, each with the doc
+/// comment the builder gives it (defaults and wording differ by
+/// primitive). With `connect_timeout` (the Redis builders) it implements
+/// [`LeaseBuilder`] by those setters too; without it (the GCS lock
+/// connects over HTTP with a request timeout instead), only the three.
 macro_rules! lease_setters {
     (
+        $builder:ident;
         $(#[$ttl_doc:meta])* ttl;
         $(#[$every_doc:meta])* refresh_interval;
         $(#[$fails_doc:meta])* max_refresh_fails;
-        $($(#[$connect_doc:meta])* connect_timeout;)?
+        // An identifier, not the word itself, so that the `LeaseBuilder`
+        // impl below can be written only when it is given; any other name
+        // fails that impl.
+        $($(#[$connect_doc:meta])* $connect_timeout:ident;)?
     ) => {
-        $(#[$ttl_doc])*
-        pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
-            self.lease.ttl = Some(ttl);
-            self
-        }
-        $(#[$every_doc])*
-        pub fn refresh_interval(mut self, every: std::time::Duration) -> Self {
-            self.lease.refresh_interval = Some(every);
-            self
-        }
-        $(#[$fails_doc])*
-        pub fn max_refresh_fails(mut self, count: u32) -> Self {
-            self.lease.max_refresh_fails = count;
-            self
+        impl $builder {
+            $(#[$ttl_doc])*
+            pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
+                self.lease.ttl = Some(ttl);
+                self
+            }
+            $(#[$every_doc])*
+            pub fn refresh_interval(mut self, every: std::time::Duration) -> Self {
+                self.lease.refresh_interval = Some(every);
+                self
+            }
+            $(#[$fails_doc])*
+            pub fn max_refresh_fails(mut self, count: u32) -> Self {
+                self.lease.max_refresh_fails = count;
+                self
+            }
+            $(
+                $(#[$connect_doc])*
+                pub fn $connect_timeout(mut self, timeout: std::time::Duration) -> Self {
+                    self.lease.connect_timeout = timeout;
+                    self
+                }
+            )?
         }
         $(
-            $(#[$connect_doc])*
-            pub fn connect_timeout(mut self, timeout: std::time::Duration) -> Self {
-                self.lease.connect_timeout = timeout;
-                self
+            impl $crate::lease::LeaseBuilder for $builder {
+                fn ttl(self, ttl: std::time::Duration) -> Self {
+                    $builder::ttl(self, ttl)
+                }
+                fn refresh_interval(self, every: std::time::Duration) -> Self {
+                    $builder::refresh_interval(self, every)
+                }
+                fn max_refresh_fails(self, count: u32) -> Self {
+                    $builder::max_refresh_fails(self, count)
+                }
+                fn $connect_timeout(self, timeout: std::time::Duration) -> Self {
+                    $builder::$connect_timeout(self, timeout)
+                }
             }
         )?
     };
@@ -247,30 +270,6 @@ pub trait LeaseBuilder: Sized {
     /// How long connecting may take before the server counts as unreachable.
     fn connect_timeout(self, timeout: Duration) -> Self;
 }
-
-/// Implements [`LeaseBuilder`] by the builder's own inherent setters; each
-/// builder's module invokes it, so this module depends on no backend.
-#[cfg(feature = "redis")]
-macro_rules! lease_builder {
-    ($builder:ty) => {
-        impl $crate::lease::LeaseBuilder for $builder {
-            fn ttl(self, ttl: std::time::Duration) -> Self {
-                <$builder>::ttl(self, ttl)
-            }
-            fn refresh_interval(self, every: std::time::Duration) -> Self {
-                <$builder>::refresh_interval(self, every)
-            }
-            fn max_refresh_fails(self, count: u32) -> Self {
-                <$builder>::max_refresh_fails(self, count)
-            }
-            fn connect_timeout(self, timeout: std::time::Duration) -> Self {
-                <$builder>::connect_timeout(self, timeout)
-            }
-        }
-    };
-}
-#[cfg(feature = "redis")]
-pub(crate) use lease_builder;
 
 /// Checks a user-given duration in seconds (bindings take floats).
 #[cfg(feature = "redis")]

@@ -11,8 +11,8 @@
 //! — Workload Identity Federation, how CI systems authenticate without keys.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use google_cloud_auth::credentials::{
     external_account, impersonated, service_account, user_account, AccessTokenCredentials, Builder,
@@ -74,14 +74,38 @@ fn with_scheme(host: &str) -> String {
     }
 }
 
+/// How long a token request may go unanswered before its credentials are
+/// built again. The crate sets no timeout of its own on a token request,
+/// so one sent into a silent network would otherwise hold every later
+/// request until the OS gives up on its connection (many minutes, or never
+/// on a server that accepts and stays silent). Each rebuild may leave such
+/// a request's task behind until then: one a minute at most.
+const UNANSWERED_FOR: Duration = Duration::from_secs(60);
+
 /// Hands out `Authorization` headers. The credentials are built on the
 /// first request (never while validating options), again in a forked child
 /// (their connections belong to the parent's runtime).
+///
+/// Built credentials own a background task of the crate's that fetches
+/// their token and then sleeps until it is due for renewal (about 56
+/// minutes for an hour's token). Nothing outside the crate can stop that
+/// task: it looks at whether anyone still holds the credentials only when
+/// it wakes. So credentials are dropped only when their task is about to
+/// wake anyway, or has gone [`UNANSWERED_FOR`] without an answer; see
+/// [`Auth::header`].
 pub(crate) struct Auth {
     credentials: Credentials,
     /// How long one token request may take.
     timeout: Duration,
-    provider: Mutex<Option<(u32, AccessTokenCredentials)>>,
+    provider: Mutex<Option<Provider>>,
+}
+
+/// Credentials built in process `pid`, and since when their token has been
+/// awaited without any answer.
+struct Provider {
+    pid: u32,
+    credentials: AccessTokenCredentials,
+    unanswered_since: Option<Instant>,
 }
 
 impl Auth {
@@ -95,32 +119,57 @@ impl Auth {
 
     pub(crate) async fn header(&self) -> Result<String, StoreError> {
         let provider = self.provider()?;
-        let token = tokio::time::timeout(self.timeout, provider.access_token())
-            .await
-            .map_err(|_| {
-                StoreError::Transient(format!(
-                    "getting an access token ({}) took longer than {:?}",
-                    self.source(),
-                    self.timeout
-                ))
-            })
-            .and_then(|token| token.map_err(|e| self.token_error(e)));
-        match token {
+        let Ok(token) = tokio::time::timeout(self.timeout, provider.access_token()).await else {
+            // The token request goes on in the crate's task, which caches
+            // the answer for the next request to find. Credentials built
+            // anew would send another, and leave this task to sleep out
+            // its token's life once it is answered.
+            self.unanswered();
+            return Err(StoreError::Transient(format!(
+                "getting an access token ({}) took longer than {:?}",
+                self.source(),
+                self.timeout
+            )));
+        };
+        self.answered();
+        match token.map_err(|e| self.token_error(e)) {
             Ok(token) => Ok(format!("Bearer {}", token.token)),
             Err(e) => {
                 // The crate's token cache hands out a transient failure
-                // again until its next scheduled refresh, seconds away; the
-                // lock's own backoff decides when to ask again, so the next
-                // request starts from fresh credentials.
+                // again until its next try, 10 s away; the lock's own
+                // backoff decides when to ask again, so the next request
+                // starts from fresh credentials. The task of these ones
+                // ends when it wakes for that try and finds them dropped.
                 if matches!(e, StoreError::Transient(_)) {
-                    self.provider
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .take();
+                    self.slot().take();
                 }
                 Err(e)
             }
         }
+    }
+
+    /// A token request of the current credentials went unanswered in
+    /// time: they are dropped once none has been answered for
+    /// [`UNANSWERED_FOR`].
+    fn unanswered(&self) {
+        let mut slot = self.slot();
+        let since = match slot.as_mut() {
+            Some(provider) => *provider.unanswered_since.get_or_insert_with(Instant::now),
+            None => return,
+        };
+        if since.elapsed() >= UNANSWERED_FOR {
+            slot.take();
+        }
+    }
+
+    fn answered(&self) {
+        if let Some(provider) = self.slot().as_mut() {
+            provider.unanswered_since = None;
+        }
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Option<Provider>> {
+        self.provider.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A token endpoint, STS or metadata server that is briefly down (no
@@ -151,17 +200,19 @@ impl Auth {
 
     fn provider(&self) -> Result<AccessTokenCredentials, StoreError> {
         let pid = std::process::id();
-        let mut slot = self.provider.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((owner, provider)) = slot.as_ref() {
-            if *owner == pid {
-                return Ok(provider.clone());
-            }
+        let mut slot = self.slot();
+        if let Some(provider) = slot.as_ref().filter(|provider| provider.pid == pid) {
+            return Ok(provider.credentials.clone());
         }
-        let provider = self.build().map_err(|message| {
+        let credentials = self.build().map_err(|message| {
             StoreError::Permanent(format!("credentials ({}): {message}", self.source()))
         })?;
-        *slot = Some((pid, provider.clone()));
-        Ok(provider)
+        *slot = Some(Provider {
+            pid,
+            credentials: credentials.clone(),
+            unanswered_since: None,
+        });
+        Ok(credentials)
     }
 
     fn build(&self) -> Result<AccessTokenCredentials, String> {
@@ -214,7 +265,105 @@ fn from_json(json: &str) -> Result<AccessTokenCredentials, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
     use super::*;
+
+    /// A token endpoint for `authorized_user` credentials that answers
+    /// every request `delay` late, with a token good for an hour.
+    struct SlowTokenEndpoint {
+        address: String,
+        requests: Arc<AtomicUsize>,
+    }
+
+    impl SlowTokenEndpoint {
+        fn start(delay: Duration) -> SlowTokenEndpoint {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let address = listener.local_addr().unwrap().to_string();
+            let requests = Arc::new(AtomicUsize::new(0));
+            let counted = requests.clone();
+            std::thread::spawn(move || {
+                for stream in listener.incoming().flatten() {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    std::thread::spawn(move || {
+                        let mut reader = BufReader::new(&stream);
+                        let mut length = 0;
+                        let mut line = String::new();
+                        while reader.read_line(&mut line).is_ok_and(|read| read > 2) {
+                            let lower = line.to_ascii_lowercase();
+                            if let Some(value) = lower.strip_prefix("content-length:") {
+                                length = value.trim().parse().unwrap_or(0);
+                            }
+                            line.clear();
+                        }
+                        let _ = reader.read_exact(&mut vec![0; length]);
+                        std::thread::sleep(delay);
+                        let body = r#"{"access_token":"slow-token","token_type":"Bearer","expires_in":3600}"#;
+                        let _ = write!(
+                            &stream,
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                    });
+                }
+            });
+            SlowTokenEndpoint { address, requests }
+        }
+
+        fn credentials(&self) -> Credentials {
+            Credentials::Json(
+                serde_json::json!({
+                    "type": "authorized_user",
+                    "client_id": "client",
+                    "client_secret": "secret",
+                    "refresh_token": "refresh",
+                    "token_uri": format!("http://{}/token", self.address),
+                })
+                .to_string(),
+            )
+        }
+    }
+
+    /// Each token request the library starts runs in a task of its own,
+    /// which sleeps until the token is due for renewal (about 56 minutes
+    /// for an hour's token). A request that outlasts the caller's timeout
+    /// is still answered; its task must be the one that serves the next
+    /// request, not one of many left sleeping with nobody to serve.
+    #[test]
+    fn a_token_slower_than_the_timeout_is_awaited_by_one_refresher() {
+        // As the HTTP store does before any request.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let endpoint = SlowTokenEndpoint::start(Duration::from_millis(400));
+        let auth = Auth::new(endpoint.credentials(), Duration::from_millis(50));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for _ in 0..4 {
+            let err = runtime.block_on(auth.header()).unwrap_err();
+            assert!(matches!(err, StoreError::Transient(_)), "{err:?}");
+        }
+        // Long enough for every request sent so far to be answered.
+        runtime.block_on(async { tokio::time::sleep(Duration::from_millis(800)).await });
+        assert_eq!(
+            runtime.metrics().num_alive_tasks(),
+            1,
+            "tasks alive: the refresher of the credentials in use"
+        );
+        assert_eq!(
+            runtime.block_on(auth.header()).unwrap(),
+            "Bearer slow-token"
+        );
+        assert_eq!(
+            endpoint.requests.load(Ordering::SeqCst),
+            1,
+            "token requests"
+        );
+    }
 
     #[test]
     fn emulator_hosts_get_a_scheme_and_no_auth() {

@@ -39,6 +39,18 @@ pub struct LockBuilder {
     store: Option<Arc<dyn Store>>,
 }
 
+crate::lease::lease_setters! {
+    LockBuilder;
+    /// How long the lock outlives its holder's last refresh (default 300 s; at most
+    /// 30 days).
+    ttl;
+    /// Refresh period, below ttl / max_refresh_fails (default a third of that).
+    refresh_interval;
+    /// Consecutive transient refresh failures that make it unhealthy until
+    /// a refresh lands again (default 3).
+    max_refresh_fails;
+}
+
 impl LockBuilder {
     pub(super) fn new(bucket_name: String, path: String) -> Self {
         LockBuilder {
@@ -62,16 +74,6 @@ impl LockBuilder {
         }
     }
 
-    crate::lease::lease_setters! {
-        /// How long the lock outlives its holder's last refresh (default 300 s; at most
-        /// 30 days).
-        ttl;
-        /// Refresh period, below ttl / max_refresh_fails (default a third of that).
-        refresh_interval;
-        /// Consecutive transient refresh failures that make it unhealthy until
-        /// a refresh lands again (default 3).
-        max_refresh_fails;
-    }
     /// The wait of [`Lock::lock`] (default: forever; at most 100 years).
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;

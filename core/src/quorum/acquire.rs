@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backoff::{backoff, BACKOFF_MAX, UNREACHABLE_BACKOFF_MAX};
-use super::engine::{Hold, Quorum, POLL};
-use super::fanout::{Interrupted, Round};
+use super::engine::{Hold, Quorum};
+use super::fanout::{Interrupted, Round, POLL};
 use super::node::{acquire, release, Mode, Request};
 use super::tally::{write_quorum, Tally};
 use crate::clock::Stamp;

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use super::backoff::{backoff, UNREACHABLE_BACKOFF_MAX};
-use super::fanout::{ask_all, Round};
+use super::fanout::{ask_all, Round, POLL};
 use super::node::{release, Grant, Mode, NetLocker, Reply, Request};
 use super::tally::{read_quorum, write_quorum};
 use crate::clock::Stamp;
@@ -196,10 +196,6 @@ impl Quorum {
         Ok(Some(token))
     }
 }
-
-/// Longest sleep between two looks at an interrupt check or at the
-/// answers still on their way.
-pub(crate) const POLL: Duration = Duration::from_millis(50);
 
 /// A yes/no request as a round answer.
 fn as_answer(reply: Reply<bool>) -> Reply<Grant> {

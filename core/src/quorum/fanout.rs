@@ -18,8 +18,9 @@ use super::tally::{granted, tally, Answer, Tally};
 use crate::error::{Error, Result};
 use crate::runtime;
 
-/// Longest a caller sleeps between looks at its interrupt check.
-const POLL: Duration = Duration::from_millis(50);
+/// Longest sleep between two looks at an interrupt check or at the
+/// answers still on their way.
+pub(crate) const POLL: Duration = Duration::from_millis(50);
 
 pub(crate) struct Round {
     state: Mutex<State>,

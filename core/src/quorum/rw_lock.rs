@@ -59,20 +59,20 @@ pub struct RwLockBuilder {
     timeout: Option<Duration>,
 }
 
-crate::lease::lease_builder!(RwLockBuilder);
+crate::lease::lease_setters! {
+    RwLockBuilder;
+    /// How long each node keeps a grant after its holder's last refresh (default 30 s;
+    /// at most 30 days).
+    ttl;
+    /// Refresh period; must be below ttl / max_refresh_fails (default: a third of that).
+    refresh_interval;
+    /// Consecutive refreshes that reach no quorum before the lock turns unhealthy (default 3).
+    max_refresh_fails;
+    /// How long connecting to a node may take (default 5 s; at most 30 days).
+    connect_timeout;
+}
 
 impl RwLockBuilder {
-    crate::lease::lease_setters! {
-        /// How long each node keeps a grant after its holder's last refresh (default 30 s;
-        /// at most 30 days).
-        ttl;
-        /// Refresh period; must be below ttl / max_refresh_fails (default: a third of that).
-        refresh_interval;
-        /// Consecutive refreshes that reach no quorum before the lock turns unhealthy (default 3).
-        max_refresh_fails;
-        /// How long connecting to a node may take (default 5 s; at most 30 days).
-        connect_timeout;
-    }
     /// The wait of [`RwLock::write_lock`] and [`RwLock::read_lock`] (default: forever;
     /// at most 100 years).
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {

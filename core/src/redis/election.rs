@@ -176,7 +176,7 @@ impl Election {
     pub fn check_health(&self) -> Result<()> {
         match self.term().get(&()) {
             None => Err(Error::NotLocked(self.semaphore.what().to_owned())),
-            Some(hold) => hold.check_health(self.semaphore.what()),
+            Some(hold) => hold.health.check(self.semaphore.what()),
         }
     }
 

@@ -10,7 +10,6 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use super::keepalive::{Member, Membership};
-use super::scripts::{prepare, SCRIPTS};
 use super::slots::{Renewal, Slots, WAITER_LEASE};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
@@ -32,10 +31,6 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    pub(crate) fn check_health(&self, what: &str) -> Result<()> {
-        self.health.check(what)
-    }
-
     /// A granted slot, kept alive from now on by this process's refresher
     /// `refresher` (or by the session it was taken under).
     pub(crate) fn keep(
@@ -98,16 +93,8 @@ fn take_up(s: &Slots, token: &str, refresher: &str, valid_until: Stamp) -> Resul
         // outlast it.
         let window = valid_until.left().max(Duration::from_millis(100));
         let outcome = s.route.run("refresh", window, |conn| {
-            prepare(
-                &SCRIPTS.refresh,
-                &s.keys,
-                s.shape.limit(),
-                conn.fence_base(),
-            )
-            .arg(token)
-            .arg(s.lease.ttl_ms())
-            .arg(refresher)
-            .invoke(conn)
+            s.refresh_script(conn.fence_base(), token, refresher)
+                .invoke(conn)
         });
         match outcome {
             Err(e) => {

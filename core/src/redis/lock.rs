@@ -62,22 +62,22 @@ pub struct LockBuilder {
     value: Option<String>,
 }
 
-crate::lease::lease_builder!(LockBuilder);
+crate::lease::lease_setters! {
+    LockBuilder;
+    /// How long the lock outlives its holder's last refresh (default 30 s;
+    /// at most 30 days, [`MAX_PERIOD`](crate::MAX_PERIOD)).
+    /// Not for a lock under a session, which lives as long as the session.
+    ttl;
+    /// Refresh period; must be below ttl / max_refresh_fails
+    /// (default: a third of that).
+    refresh_interval;
+    /// Consecutive transient refresh failures that make the lock unhealthy (default 3).
+    max_refresh_fails;
+    /// How long connecting to Redis may take before it counts as unreachable (default 5 s; at most 30 days).
+    connect_timeout;
+}
 
 impl LockBuilder {
-    crate::lease::lease_setters! {
-        /// How long the lock outlives its holder's last refresh (default 30 s;
-        /// at most 30 days, [`MAX_PERIOD`](crate::MAX_PERIOD)).
-        /// Not for a lock under a session, which lives as long as the session.
-        ttl;
-        /// Refresh period; must be below ttl / max_refresh_fails
-        /// (default: a third of that).
-        refresh_interval;
-        /// Consecutive transient refresh failures that make the lock unhealthy (default 3).
-        max_refresh_fails;
-        /// How long connecting to Redis may take before it counts as unreachable (default 5 s; at most 30 days).
-        connect_timeout;
-    }
     /// Holds the lock under `session`: no TTL or refresher of its own, the
     /// session's renewal keeps it, its health is the session's, and it is
     /// freed when the session is destroyed or lost (after the session's

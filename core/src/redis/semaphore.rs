@@ -157,9 +157,7 @@ impl Semaphore {
         loop {
             self.check_session()?;
             let attempt = self.attempt(caller, token, meta, WAITER_LEASE);
-            *unanswered = attempt
-                .as_ref()
-                .is_err_and(|e| e.is_transient() || matches!(e, Error::Timeout { .. }));
+            *unanswered = attempt.as_ref().is_err_and(Error::went_unanswered);
             let (clock, earliest_expiry) = match attempt? {
                 Attempt::Granted(hold) => return Ok(Some(hold)),
                 Attempt::Queued {

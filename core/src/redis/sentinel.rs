@@ -34,6 +34,16 @@ fn fence_base(epoch: u64) -> u64 {
     epoch.min(MAX_EPOCH) << 32
 }
 
+/// How long one step of asking the sentinels or the master may wait:
+/// `connect_timeout`, cut to what is left before `give_up_at` (zero once
+/// it passed).
+fn step_timeout(connect_timeout: Duration, give_up_at: Option<Instant>) -> Duration {
+    match give_up_at {
+        Some(at) => connect_timeout.min(at.saturating_duration_since(Instant::now())),
+        None => connect_timeout,
+    }
+}
+
 /// The node a server's requests go to, and what its grants' fencing
 /// tokens start from.
 pub(crate) struct Node {
@@ -178,10 +188,7 @@ impl Sentinels {
     /// and none starts after `give_up_at` (a caller's deadline).
     fn resolve(&self, connect_timeout: Duration, give_up_at: Option<Instant>) -> Result<Node> {
         let (epoch, master) = self.named(connect_timeout, give_up_at)?;
-        let timeout = || match give_up_at {
-            Some(at) => connect_timeout.min(at.saturating_duration_since(Instant::now())),
-            None => connect_timeout,
-        };
+        let timeout = || step_timeout(connect_timeout, give_up_at);
         let client = Client::open(format!(
             "{}://{}{master}/{}",
             self.scheme, self.master_auth, self.db
@@ -215,10 +222,7 @@ impl Sentinels {
         connect_timeout: Duration,
         give_up_at: Option<Instant>,
     ) -> Result<(u64, String)> {
-        let timeout = || match give_up_at {
-            Some(at) => connect_timeout.min(at.saturating_duration_since(Instant::now())),
-            None => connect_timeout,
-        };
+        let timeout = || step_timeout(connect_timeout, give_up_at);
         let order = self.addresses().clone();
         let majority = order.len() / 2 + 1;
         let (mut answered, mut silent) = (Vec::new(), Vec::new());

@@ -6,6 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use redis::ScriptInvocation;
+
 use super::caller::Caller;
 use super::failure::OnSignal;
 use super::keys::Keys;
@@ -138,17 +140,10 @@ impl Slots {
         match self
             .route
             .run_for(&caller, "cancel", COMMAND_TIMEOUT, |conn| {
-                prepare(
-                    &SCRIPTS.cancel,
-                    &self.keys,
-                    self.shape.limit(),
-                    conn.fence_base(),
-                )
-                .arg(token)
-                .arg(tombstone_ms)
-                .invoke::<i64>(conn)
+                self.cancel_script(conn.fence_base(), token, tombstone_ms)
+                    .invoke::<i64>(conn)
             }) {
-            Err(e) if e.is_transient() || matches!(e, Error::Timeout { .. }) => {
+            Err(e) if e.went_unanswered() => {
                 self.leave_in_background(token.to_owned(), tombstone_ms);
                 Ok(())
             }
@@ -192,16 +187,10 @@ impl Slots {
                 let cancelled = slots
                     .route
                     .in_background("cancel", timeout, |mut conn| async move {
-                        prepare(
-                            &SCRIPTS.cancel,
-                            &slots.keys,
-                            slots.shape.limit(),
-                            conn.fence_base(),
-                        )
-                        .arg(token)
-                        .arg(tombstone_ms)
-                        .invoke_async::<i64>(&mut conn)
-                        .await
+                        slots
+                            .cancel_script(conn.fence_base(), token, tombstone_ms)
+                            .invoke_async::<i64>(&mut conn)
+                            .await
                     })
                     .await;
                 if !cancelled.is_err_and(|e| e.is_transient()) {
@@ -212,6 +201,20 @@ impl Slots {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
         }
+    }
+
+    /// The script call that gives up `token` on the node whose fence base
+    /// is `fence_base`, leaving a tombstone of `tombstone_ms` (see
+    /// [`Slots::give_up`]).
+    fn cancel_script(
+        &self,
+        fence_base: u64,
+        token: &str,
+        tombstone_ms: u64,
+    ) -> ScriptInvocation<'static> {
+        let mut invocation = prepare(&SCRIPTS.cancel, &self.keys, self.shape.limit(), fence_base);
+        invocation.arg(token).arg(tombstone_ms);
+        invocation
     }
 
     /// Releases `token`. Its answer cannot simply be repeated: a release cut
@@ -293,17 +296,9 @@ impl Slots {
                 "refresh",
                 self.lease.background_timeout(),
                 |mut conn| async move {
-                    prepare(
-                        &SCRIPTS.refresh,
-                        &self.keys,
-                        self.shape.limit(),
-                        conn.fence_base(),
-                    )
-                    .arg(token)
-                    .arg(self.lease.ttl_ms())
-                    .arg(refresher)
-                    .invoke_async(&mut conn)
-                    .await
+                    self.refresh_script(conn.fence_base(), token, refresher)
+                        .invoke_async(&mut conn)
+                        .await
                 },
             )
             .await?;
@@ -312,6 +307,22 @@ impl Slots {
             Some(2) => Renewal::Adopted,
             _ => Renewal::Lost,
         })
+    }
+
+    /// The script call that extends `token`'s lease by the shared TTL on
+    /// the node whose fence base is `fence_base`, by `refresher`.
+    pub(crate) fn refresh_script(
+        &self,
+        fence_base: u64,
+        token: &str,
+        refresher: &str,
+    ) -> ScriptInvocation<'static> {
+        let mut invocation = prepare(&SCRIPTS.refresh, &self.keys, self.shape.limit(), fence_base);
+        invocation
+            .arg(token)
+            .arg(self.lease.ttl_ms())
+            .arg(refresher);
+        invocation
     }
 
     /// The name is recorded as `kind` with `limit`, not what this client is.

@@ -71,20 +71,19 @@ pub struct WaitGroupBuilder {
     lease: LeaseOptions,
 }
 
-crate::lease::lease_builder!(WaitGroupBuilder);
+crate::lease::lease_setters! {
+    WaitGroupBuilder;
+    /// How long a slot outlives its holder's last refresh (default 30 s; at most 30 days).
+    ttl;
+    /// Refresh period; must be below ttl / max_refresh_fails.
+    refresh_interval;
+    /// Consecutive transient refresh failures that make a slot unhealthy (default 3).
+    max_refresh_fails;
+    /// How long connecting may take before Redis counts as unreachable (default 5 s; at most 30 days).
+    connect_timeout;
+}
 
 impl WaitGroupBuilder {
-    crate::lease::lease_setters! {
-        /// How long a slot outlives its holder's last refresh (default 30 s; at most 30 days).
-        ttl;
-        /// Refresh period; must be below ttl / max_refresh_fails.
-        refresh_interval;
-        /// Consecutive transient refresh failures that make a slot unhealthy (default 3).
-        max_refresh_fails;
-        /// How long connecting may take before Redis counts as unreachable (default 5 s; at most 30 days).
-        connect_timeout;
-    }
-
     /// Validates the options; touches no server.
     ///
     /// # Errors
@@ -306,7 +305,7 @@ impl WaitGroup {
         let what = format!("slot {token} of {}", self.semaphore.what());
         match self.slots.get().get(token) {
             None => Err(Error::NotLocked(what)),
-            Some(held) => held.hold.check_health(&what),
+            Some(held) => held.hold.health.check(&what),
         }
     }
 }
