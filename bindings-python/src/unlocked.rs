@@ -4,6 +4,7 @@
 //! wrapped value is private and these methods are its only door, so
 //! forgetting to detach does not compile.
 
+use lockyard::Interrupt;
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,7 +63,7 @@ impl<T: Send + Sync> Unlocked<T> {
     pub(crate) fn wait<R: Send>(
         &self,
         py: Python<'_>,
-        wait: impl FnOnce(&T, &dyn Fn() -> bool) -> lockyard::Result<R> + Send,
+        wait: impl FnOnce(&T, Interrupt<'_>) -> lockyard::Result<R> + Send,
         give_back: impl FnOnce(&T, R) + Send,
     ) -> PyResult<R> {
         let (outcome, raised) = detach_unless_exiting(

@@ -2,6 +2,7 @@
 //! WaitGroup shape (`add`, `done`, `wait`), and `Slot`, the context manager
 //! `with wg.slot() as slot:` that frees its slot however the block ends.
 
+use lockyard::Interrupt;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -177,7 +178,7 @@ impl RedisWaitGroup {
 }
 
 /// The core's `add` or `enter`.
-type Take = fn(&Core, Option<Duration>, &dyn Fn() -> bool) -> lockyard::Result<String>;
+type Take = fn(&Core, Option<Duration>, Interrupt<'_>) -> lockyard::Result<String>;
 
 impl RedisWaitGroup {
     fn take_within(

@@ -3,6 +3,7 @@
 //! core logs from its runtime thread, which must never call into Ruby, so
 //! records wait in a queue that a Ruby thread (lib/lockyard/gcs.rb) drains.
 
+use lockyard::Interrupt;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -37,7 +38,7 @@ impl Records {
     fn take(
         &self,
         timeout: Duration,
-        interrupted: &dyn Fn() -> bool,
+        interrupted: Interrupt<'_>,
     ) -> lockyard::Result<Vec<(u8, String)>> {
         let until = Instant::now() + timeout;
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());

@@ -17,6 +17,7 @@
 //! native thread to the next new Thread, which would otherwise inherit its
 //! locks, and the fibers of one Thread share its native thread.
 
+use lockyard::Interrupt;
 use std::ffi::c_void;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,7 +59,7 @@ impl<T> NoGvl<T> {
     pub(crate) fn blocking<R>(
         &self,
         ruby: &Ruby,
-        mut call: impl FnMut(&T, &dyn Fn() -> bool) -> lockyard::Result<R> + Send,
+        mut call: impl FnMut(&T, Interrupt<'_>) -> lockyard::Result<R> + Send,
     ) -> Result<R, Error> {
         let holder = current_fiber(ruby);
         let on_main_thread = ruby.thread_current().as_raw() == ruby.thread_main().as_raw();
@@ -91,7 +92,7 @@ pub(crate) fn current_fiber(_ruby: &Ruby) -> u64 {
 /// one-off read), run like [`NoGvl::blocking`].
 pub(crate) fn blocking<R>(
     ruby: &Ruby,
-    mut call: impl FnMut(&dyn Fn() -> bool) -> lockyard::Result<R> + Send,
+    mut call: impl FnMut(Interrupt<'_>) -> lockyard::Result<R> + Send,
 ) -> Result<R, Error> {
     NoGvl(()).blocking(ruby, |_, interrupted| call(interrupted))
 }
@@ -104,7 +105,7 @@ struct Call<'a, F, R> {
 
 /// What Ruby's unblocking function reaches: the flag the call polls, and
 /// the thread running it, which the wake signal pulls out of a socket read.
-struct Interrupt {
+struct Unblock {
     flag: AtomicBool,
     thread: libc::pthread_t,
 }
@@ -117,10 +118,10 @@ struct Interrupt {
 /// the GVL and resumed once it is held again.
 fn without_gvl<F, R>(work: F) -> Option<R>
 where
-    F: FnOnce(&dyn Fn() -> bool) -> R,
+    F: FnOnce(Interrupt<'_>) -> R,
 {
     wake::install();
-    let interrupt = Interrupt {
+    let interrupt = Unblock {
         flag: AtomicBool::new(false),
         // SAFETY: pthread_self always succeeds.
         thread: unsafe { libc::pthread_self() },
@@ -131,7 +132,7 @@ where
         interrupted: &interrupt.flag,
     };
     let call_ptr = &mut call as *mut Call<'_, F, R> as *mut c_void;
-    let interrupt_ptr = &interrupt as *const Interrupt as *mut c_void;
+    let interrupt_ptr = &interrupt as *const Unblock as *mut c_void;
     // INTR_FAIL: skip `work` when an interrupt is already due (as
     // rb_thread_call_without_gvl2). UBF_ASYNC_SAFE: `unblock` only stores an
     // atomic and sends a signal, so Ruby may call it from a signal handler;
@@ -158,7 +159,7 @@ where
 /// Runs without the GVL: must not touch any Ruby object.
 unsafe extern "C" fn run<F, R>(data: *mut c_void) -> *mut c_void
 where
-    F: FnOnce(&dyn Fn() -> bool) -> R,
+    F: FnOnce(Interrupt<'_>) -> R,
 {
     let call = &mut *(data as *mut Call<'_, F, R>);
     let work = call.work.take().expect("a call runs once");
@@ -177,7 +178,7 @@ where
 /// thread until its timeout, so the running thread is also sent the wake
 /// signal, which fails the read with EINTR (the core then polls).
 unsafe extern "C" fn unblock(data: *mut c_void) {
-    let interrupt = &*(data as *const Interrupt);
+    let interrupt = &*(data as *const Unblock);
     interrupt.flag.store(true, Ordering::Release);
     wake::send(interrupt.thread);
 }

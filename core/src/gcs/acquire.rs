@@ -236,7 +236,7 @@ impl Engine {
         &self,
         version: Version,
         until: Option<Instant>,
-        interrupted: &dyn Fn() -> bool,
+        interrupted: Interrupt<'_>,
     ) -> Result<bool> {
         let requests = self.requests();
         let answer = requests.call("delete", || self.store.delete(version), until, interrupted)?;

@@ -19,6 +19,7 @@ use crate::health::Health;
 use crate::lease::{KeepAlive, Lease, Verdict};
 use crate::limits;
 use crate::runtime;
+use crate::wait::Interrupt;
 
 /// Receives the lock's log records with the gem's levels (debug: each
 /// step; info: waits and refreshes; warn: recoveries; error: failed
@@ -96,7 +97,7 @@ impl Engine {
     /// longer ours (taken over after going stale, or deleted). Transient
     /// failures are retried until the lease runs out (at least
     /// [`SHORTEST_RETRY`]): until then nobody else can have it.
-    pub(crate) fn release(&self, hold: Hold, interrupted: &dyn Fn() -> bool) -> Result<bool> {
+    pub(crate) fn release(&self, hold: Hold, interrupted: Interrupt<'_>) -> Result<bool> {
         let requests = self.requests();
         let identity = hold.identity.clone();
         let was_healthy = hold.health.is_healthy();
@@ -132,7 +133,7 @@ impl Engine {
         identity: &str,
         version: Version,
         until: Option<Instant>,
-        interrupted: &dyn Fn() -> bool,
+        interrupted: Interrupt<'_>,
     ) -> Result<Option<Version>> {
         let requests = self.requests();
         let read = requests.call("read", || self.store.get(), until, interrupted)?;

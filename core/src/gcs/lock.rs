@@ -150,12 +150,12 @@ impl Lock {
     /// while the bucket keeps failing, a release may take until the lease
     /// deadline. Interrupted, it returns [`Error::Interrupted`] and the
     /// object, no longer refreshed, goes stale after its ttl.
-    pub fn release_interruptibly(&self, interrupted: &dyn Fn() -> bool) -> Result<bool> {
+    pub fn release_interruptibly(&self, interrupted: Interrupt<'_>) -> Result<bool> {
         self.holds
             .release(self.key(), |hold| self.give_back(hold, interrupted))
     }
 
-    fn give_back(&self, hold: Hold, interrupted: &dyn Fn() -> bool) -> Result<bool> {
+    fn give_back(&self, hold: Hold, interrupted: Interrupt<'_>) -> Result<bool> {
         let released = self.engine.release(hold, interrupted);
         if let Ok(true) = released {
             self.engine.log(log::Level::Debug, || "Unlocked".into());
@@ -175,7 +175,7 @@ impl Lock {
 
     /// [`Lock::leave`] with an interrupt check, like
     /// [`Lock::release_interruptibly`].
-    pub fn leave_interruptibly(&self, interrupted: &dyn Fn() -> bool) -> Result<bool> {
+    pub fn leave_interruptibly(&self, interrupted: Interrupt<'_>) -> Result<bool> {
         self.holds
             .leave(self.key(), |hold| self.give_back(hold, interrupted))
     }

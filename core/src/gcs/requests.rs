@@ -14,6 +14,7 @@ use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::runtime;
+use crate::wait::Interrupt;
 
 /// Transient failures are retried after waits doubling from this...
 pub(crate) const RETRY_FIRST_WAIT: Duration = Duration::from_millis(100);
@@ -68,7 +69,7 @@ impl Requests<'_> {
         operation: &str,
         request: impl Fn() -> F,
         until: Option<Instant>,
-        interrupted: &dyn Fn() -> bool,
+        interrupted: Interrupt<'_>,
     ) -> Result<Answer<T>>
     where
         F: Future<Output = Result<Reply<T>, StoreError>>,
@@ -151,7 +152,7 @@ async fn with_timeout<T>(
 /// Sleeps `wait` in slices, returning early with Interrupted.
 pub(crate) fn sleep_interruptibly(
     wait: Duration,
-    interrupted: &dyn Fn() -> bool,
+    interrupted: Interrupt<'_>,
     what: &str,
 ) -> Result<()> {
     let until = limits::from_now(wait);

@@ -116,7 +116,7 @@ impl Quorum {
         mode: Mode,
         identity: &str,
         give_up_at: Option<Instant>,
-        interrupted: &dyn Fn() -> bool,
+        interrupted: Interrupt<'_>,
     ) -> Result<Attempt> {
         let n = self.nodes.len();
         let quorum = self.quorum(mode);
@@ -215,7 +215,7 @@ impl Quorum {
         sent: Instant,
         deadline: Instant,
         give_up_at: Option<Instant>,
-        interrupted: &dyn Fn() -> bool,
+        interrupted: Interrupt<'_>,
         quorum: usize,
     ) -> std::result::Result<Tally, Interrupted> {
         if tally.yes >= quorum || tally.pending == 0 {

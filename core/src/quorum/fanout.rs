@@ -17,6 +17,7 @@ use super::node::{release, Grant, NetLocker, Reply, Request};
 use super::tally::{granted, tally, Answer, Tally};
 use crate::error::{Error, Result};
 use crate::runtime;
+use crate::wait::Interrupt;
 
 /// Longest sleep between two looks at an interrupt check or at the
 /// answers still on their way.
@@ -132,7 +133,7 @@ impl Round {
     pub(crate) fn wait(
         &self,
         deadline: Option<Instant>,
-        interrupted: &dyn Fn() -> bool,
+        interrupted: Interrupt<'_>,
         quorum: usize,
     ) -> std::result::Result<Tally, Interrupted> {
         let mut next_poll = Instant::now() + POLL;
