@@ -5,22 +5,27 @@
 //! inherited from its parent. A server behind Redis Sentinel follows its
 //! master through failovers (see [`super::sentinel`]).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError, RedisResult};
 
-use super::caller::{Caller, LEAST_TIME};
+use super::caller::Caller;
 use super::failure::{interrupted_by_signal, is_cluster_reply, Failure, OnSignal};
 use super::sentinel::{Discovery, Node, Sentinels};
 use crate::error::{Error, Result};
 
+mod client;
 mod peers;
+mod registry;
+mod round_trip;
 mod target;
 
+use client::install_tls_provider;
+pub(crate) use client::{redact, without_lib_name};
+pub(crate) use registry::server;
+use round_trip::RoundTrip;
 pub(crate) use target::NodeConnection;
 use target::Target;
 
@@ -44,78 +49,8 @@ pub(crate) struct Server {
     /// while it answers, so that a route can still find its slot after this
     /// node itself failed over; empty when it is not in a Cluster.
     peers: OnceLock<Vec<String>>,
-    /// The smoothed round trip of callers' requests (µs; 0 before the
-    /// first connection), which bounds how far a caller's deadline may cut
-    /// a request short (see [`Server::least_time`]).
-    round_trip_us: AtomicU64,
-}
-
-/// Before the first connection to a server, how long connecting may take
-/// however close the caller's deadline: its round trip is not known yet.
-const FIRST_CONNECT_LEAST_TIME: Duration = Duration::from_secs(1);
-
-type Registry = Mutex<HashMap<(String, Duration), Arc<Server>>>;
-static SERVERS: LazyLock<Registry> = LazyLock::new(Default::default);
-
-/// Checks a URL the way users write them (`redis://`, `rediss://`,
-/// `unix://`, `redis+unix://`, `redis+sentinel://`, `rediss+sentinel://`,
-/// user:password, db) and returns its server.
-pub(crate) fn server(url: &str, connect_timeout: Duration) -> Result<Arc<Server>> {
-    let key = (url.to_owned(), connect_timeout);
-    if let Some(server) = registry().get(&key) {
-        return Ok(server.clone());
-    }
-    let server = match Sentinels::parse(url)? {
-        Some(sentinels) => Arc::new(Server::following(sentinels, connect_timeout)),
-        None => {
-            let client = Client::open(url).map_err(|e| {
-                Error::config(format!("unparsable Redis URL {:?}: {e}", redact(url)))
-            })?;
-            Arc::new(Server::new(client, connect_timeout))
-        }
-    };
-    registry().insert(key, server.clone());
-    Ok(server)
-}
-
-fn registry() -> std::sync::MutexGuard<'static, HashMap<(String, Duration), Arc<Server>>> {
-    SERVERS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The URL without its passwords (the user's, any `…password=` in the
-/// query), for messages.
-pub(crate) fn redact(url: &str) -> String {
-    let (url, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut redacted = match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***{}", &url[..scheme], &url[at..])
-        }
-        _ => url.to_owned(),
-    };
-    for (i, pair) in query.split('&').enumerate().filter(|_| !query.is_empty()) {
-        redacted.push(if i == 0 { '?' } else { '&' });
-        match pair.split_once('=') {
-            Some((key, _)) if key.contains("password") => redacted.push_str(&format!("{key}=***")),
-            _ => redacted.push_str(pair),
-        }
-    }
-    redacted
-}
-
-/// `client`, sending no CLIENT SETINFO when it connects: its two replies
-/// would be read each with the whole connect timeout, which a caller's
-/// deadline cannot cut.
-pub(crate) fn without_lib_name(client: Client) -> Client {
-    let info = client.get_connection_info();
-    let quiet = info
-        .clone()
-        .set_redis_settings(info.redis_settings().clone().set_skip_set_lib_name());
-    Client::open(quiet).unwrap_or(client)
-}
-
-fn install_tls_provider() {
-    // rustls needs a process-wide crypto provider; a second install is a no-op.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    /// How far a caller's deadline may cut this server's requests short.
+    round_trip: RoundTrip,
 }
 
 impl Server {
@@ -152,7 +87,7 @@ impl Server {
             idle: Mutex::new((std::process::id(), Vec::new())),
             background: Mutex::new(None),
             peers: OnceLock::new(),
-            round_trip_us: AtomicU64::new(0),
+            round_trip: RoundTrip::default(),
         }
     }
 
@@ -205,7 +140,7 @@ impl Server {
             format!("redirect:{}", client.get_connection_info().addr()),
             self.connect_timeout,
         );
-        let mut servers = registry();
+        let mut servers = registry::servers();
         let server = servers
             .entry(key)
             .or_insert_with(|| Arc::new(Server::new(client, self.connect_timeout)));
@@ -257,12 +192,10 @@ impl Server {
         let mut interruptions = 0;
         let conn = loop {
             let started = Instant::now();
-            let timeout = caller.read_timeout(self.connect_timeout, self.least_time());
+            let timeout = caller.read_timeout(self.connect_timeout, self.round_trip.least_time());
             match node.client.get_connection_with_timeout(timeout) {
                 Ok(conn) => {
-                    if self.round_trip_us.load(Ordering::Relaxed) == 0 {
-                        self.took(started.elapsed());
-                    }
+                    self.round_trip.took_first(started.elapsed());
                     break conn;
                 }
                 Err(e) if interrupted_by_signal(&e) && caller.interrupted() => {
@@ -282,30 +215,6 @@ impl Server {
         conn.set_write_timeout(Some(COMMAND_TIMEOUT))
             .map_err(unreachable)?;
         Ok((NodeConnection { conn, node }, false))
-    }
-
-    /// Folds one round trip into the smoothed one (as TCP's SRTT, 1/8).
-    fn took(&self, round_trip: Duration) {
-        let sample = u64::try_from(round_trip.as_micros())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let _ = self
-            .round_trip_us
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |smoothed| {
-                Some(match smoothed {
-                    0 => sample,
-                    _ => smoothed - smoothed / 8 + sample / 8,
-                })
-            });
-    }
-
-    /// The least time a caller's deadline leaves a request: three round
-    /// trips, and at least [`LEAST_TIME`].
-    fn least_time(&self) -> Duration {
-        match self.round_trip_us.load(Ordering::Relaxed) {
-            0 => FIRST_CONNECT_LEAST_TIME,
-            us => LEAST_TIME.max(Duration::from_micros(us).saturating_mul(3)),
-        }
     }
 
     fn checkin(&self, conn: NodeConnection) {
@@ -337,7 +246,9 @@ impl Server {
         loop {
             let (mut conn, pooled) = self.checkout(caller, stale_retried)?;
             conn.conn
-                .set_read_timeout(Some(caller.read_timeout(read_timeout, self.least_time())))
+                .set_read_timeout(Some(
+                    caller.read_timeout(read_timeout, self.round_trip.least_time()),
+                ))
                 .map_err(|e| Failure::Fatal(self.error(operation, e)))?;
             let sent = Instant::now();
             match request(&mut conn) {
@@ -346,7 +257,7 @@ impl Server {
                     // on the server by design (BLPOP, XREAD): its time is
                     // not a round trip.
                     if read_timeout <= COMMAND_TIMEOUT {
-                        self.took(sent.elapsed());
+                        self.round_trip.took(sent.elapsed());
                     }
                     self.checkin(conn);
                     return Ok(value);
@@ -476,42 +387,5 @@ impl Server {
 
     pub(crate) fn error(&self, operation: &str, e: RedisError) -> Error {
         Error::redis(&self.name, operation, e)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unparsable_urls_are_config_errors() {
-        for url in ["", "http://x", "redis://host:notaport", "nonsense"] {
-            let err = server(url, Duration::from_secs(1)).err().expect(url);
-            assert!(matches!(err, Error::Config(_)), "{url}: {err}");
-        }
-    }
-
-    #[test]
-    fn urls_users_write_are_accepted() {
-        for url in [
-            "redis://127.0.0.1:6379/0",
-            "redis://user:secret@localhost:6380/3",
-            "rediss://example.com:6380",
-            "unix:///run/redis.sock",
-            "redis+unix:///run/redis.sock?db=2",
-        ] {
-            assert!(server(url, Duration::from_secs(1)).is_ok(), "{url}");
-        }
-    }
-
-    #[test]
-    fn passwords_never_reach_messages() {
-        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(
-            redact(
-                "redis+sentinel://u:pw@h/m?sentinel_password=s@x&sentinel_username=u&password=p"
-            ),
-            "redis+sentinel://***@h/m?sentinel_password=***&sentinel_username=u&password=***"
-        );
     }
 }
