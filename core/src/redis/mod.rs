@@ -2,6 +2,7 @@
 
 mod admin;
 mod caller;
+mod client;
 mod election;
 mod exclusive;
 mod failure;

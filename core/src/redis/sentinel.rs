@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use redis::Client;
 
-use super::server::without_lib_name;
+use super::client::without_lib_name;
 use crate::error::{Error, Result};
 
 mod url;

@@ -12,18 +12,16 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError, RedisResult};
 
 use super::caller::Caller;
+use super::client::{install_tls_provider, without_lib_name};
 use super::failure::{interrupted_by_signal, is_cluster_reply, Failure, OnSignal};
 use super::sentinel::{Discovery, Node, Sentinels};
 use crate::error::{Error, Result};
 
-mod client;
 mod peers;
 mod registry;
 mod round_trip;
 mod target;
 
-use client::install_tls_provider;
-pub(crate) use client::{redact, without_lib_name};
 pub(crate) use registry::server;
 use round_trip::RoundTrip;
 pub(crate) use target::NodeConnection;

@@ -25,7 +25,7 @@ impl Sentinels {
         let bad = |why: &str| {
             Error::config(format!(
                 "bad Sentinel URL {:?}: {why} (expected {scheme}+sentinel://[user:password@]host:port[,host:port…]/master-name[/db][?sentinel_password=…])",
-                super::super::server::redact(url)
+                super::super::client::redact(url)
             ))
         };
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use redis::Client;
 
+use super::super::client::redact;
 use super::super::sentinel::Sentinels;
-use super::{redact, Server};
+use super::Server;
 use crate::error::{Error, Result};
 
 type Registry = Mutex<HashMap<(String, Duration), Arc<Server>>>;

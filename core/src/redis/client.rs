@@ -33,7 +33,7 @@ pub(crate) fn without_lib_name(client: Client) -> Client {
     Client::open(quiet).unwrap_or(client)
 }
 
-pub(super) fn install_tls_provider() {
+pub(crate) fn install_tls_provider() {
     // rustls needs a process-wide crypto provider; a second install is a no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
