@@ -15,7 +15,7 @@ use super::slots::Shape;
 use crate::error::{Error, Result};
 use crate::holds::{Holds, Leaving};
 use crate::identity::uuid4;
-use crate::lease::LeaseOptions;
+use crate::lease::{LeaseOptions, DEFAULT_TTL};
 
 /// At most `limit` holders at a time across every process, however many
 /// crash: a crashed holder's slot comes free after `ttl`.
@@ -73,13 +73,16 @@ crate::lease::lease_builder!(WaitGroupBuilder);
 
 impl WaitGroupBuilder {
     crate::lease::lease_setters! {
-        /// How long a slot outlives its holder's last refresh (default 30 s; at most 30 days).
+        /// How long a slot outlives its holder's last refresh (default
+        /// [`DEFAULT_TTL`](crate::lease::DEFAULT_TTL); at most 30 days).
         ttl;
         /// Refresh period; must be below ttl / max_refresh_fails.
         refresh_interval;
-        /// Consecutive transient refresh failures that make a slot unhealthy (default 3).
+        /// Consecutive transient refresh failures that make a slot unhealthy
+        /// (default [`DEFAULT_MAX_REFRESH_FAILS`](crate::lease::DEFAULT_MAX_REFRESH_FAILS)).
         max_refresh_fails;
-        /// How long connecting may take before Redis counts as unreachable (default 5 s; at most 30 days).
+        /// How long connecting may take before Redis counts as unreachable
+        /// (default [`DEFAULT_CONNECT_TIMEOUT`](crate::lease::DEFAULT_CONNECT_TIMEOUT); at most 30 days).
         connect_timeout;
     }
 
@@ -94,7 +97,7 @@ impl WaitGroupBuilder {
         if self.limit == 0 {
             return Err(Error::config("limit must be at least 1"));
         }
-        let lease = self.lease.lease(Duration::from_secs(30))?;
+        let lease = self.lease.lease(DEFAULT_TTL)?;
         let route = Route::new(server(&self.url, self.lease.connect_timeout()?)?);
         let what = format!("wait group {:?}", self.name);
         Ok(WaitGroup {
