@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 mod block;
 mod command;
 mod convert;
+mod defaults;
 mod election;
 mod error;
 mod gcs_lock;
@@ -57,6 +58,7 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("RedisTerm", module.py().get_type::<election::Term>())?;
     module.add_function(wrap_pyfunction!(session::redis_holder, module)?)?;
     module.add_function(wrap_pyfunction!(command::run_command, module)?)?;
+    module.add_function(wrap_pyfunction!(defaults::defaults, module)?)?;
     let before_exit = wrap_pyfunction!(unlocked::before_exit, module)?;
     module
         .py()
