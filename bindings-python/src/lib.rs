@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 mod block;
 mod command;
 mod convert;
+mod defaults;
 mod election;
 mod error;
 mod exclusive;
@@ -63,6 +64,7 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(exclusive::redis_claim, module)?)?;
     module.add_function(wrap_pyfunction!(session::redis_holder, module)?)?;
     module.add_function(wrap_pyfunction!(command::run_command, module)?)?;
+    module.add_function(wrap_pyfunction!(defaults::defaults, module)?)?;
     let before_exit = wrap_pyfunction!(unlocked::before_exit, module)?;
     module
         .py()

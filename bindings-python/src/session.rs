@@ -125,12 +125,7 @@ impl RedisSession {
     /// ``"release"`` or ``"delete"``.
     #[getter]
     fn behavior(&self, py: Python<'_>) -> PyResult<&'static str> {
-        self.session.call(py, |s| {
-            Ok(match s.behavior() {
-                lockyard::redis::Behavior::Delete => "delete",
-                _ => "release",
-            })
-        })
+        self.session.call(py, |s| Ok(s.behavior().as_str()))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {

@@ -61,25 +61,37 @@ pub(crate) fn count(what: &str, value: Value) -> Result<u32> {
         .ok_or_else(|| wrong_type(what, "an Integer from 0 to 4294967295", value))
 }
 
-/// The lease options of every Redis primitive, checked alike for `Lock`
-/// and `WaitGroup`. `refresh_interval` nil keeps the core's default.
+/// A count, or nil for the default.
+pub(crate) fn optional_count(what: &str, value: Value) -> Result<Option<u32>> {
+    if value.is_nil() {
+        return Ok(None);
+    }
+    count(what, value).map(Some)
+}
+
+/// The lease options of every Redis primitive, checked alike for `Lock`,
+/// `WaitGroup` and `RwLock`; each one nil keeps the core builder's default.
 pub(crate) fn lease_options<B: LeaseBuilder>(
     ruby: &Ruby,
-    builder: B,
+    mut builder: B,
     ttl: Value,
     refresh_interval: Value,
     max_refresh_fails: Value,
     connect_timeout: Value,
 ) -> Result<B> {
-    let builder = builder
-        .ttl(seconds(ruby, "ttl", ttl)?)
-        .max_refresh_fails(count("max_refresh_fails", max_refresh_fails)?)
-        .connect_timeout(seconds(ruby, "connect_timeout", connect_timeout)?);
-    let every = optional_seconds(ruby, "refresh_interval", refresh_interval)?;
-    Ok(match every {
-        Some(every) => builder.refresh_interval(every),
-        None => builder,
-    })
+    if let Some(ttl) = optional_seconds(ruby, "ttl", ttl)? {
+        builder = builder.ttl(ttl);
+    }
+    if let Some(every) = optional_seconds(ruby, "refresh_interval", refresh_interval)? {
+        builder = builder.refresh_interval(every);
+    }
+    if let Some(fails) = optional_count("max_refresh_fails", max_refresh_fails)? {
+        builder = builder.max_refresh_fails(fails);
+    }
+    if let Some(timeout) = optional_seconds(ruby, "connect_timeout", connect_timeout)? {
+        builder = builder.connect_timeout(timeout);
+    }
+    Ok(builder)
 }
 
 fn wrong_type(what: &str, expected: &str, value: Value) -> Error {

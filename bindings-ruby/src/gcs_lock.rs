@@ -150,8 +150,10 @@ impl Lock {
                 convert::string("bucket_name", bucket_name)?,
                 convert::string("path", path)?,
             )
-            .timeout(convert::optional_seconds(ruby, "timeout", get("timeout"))?)
-            .thread_safe(given("thread_safe").is_none_or(|v| v.to_bool()));
+            .timeout(convert::optional_seconds(ruby, "timeout", get("timeout"))?);
+            if let Some(v) = given("thread_safe") {
+                builder = builder.thread_safe(v.to_bool());
+            }
             if let Some(prefix) = convert::optional_string(
                 "instance_identity_prefix",
                 get("instance_identity_prefix"),

@@ -8,6 +8,7 @@ use magnus::{prelude::*, Error, Ruby};
 
 mod command;
 mod convert;
+mod defaults;
 mod election;
 mod errors;
 mod exclusive;
@@ -33,6 +34,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     election::define(ruby, redis)?;
     quorum::define(ruby, lockyard.define_module("Quorum")?)?;
     command::define(lockyard)?;
+    defaults::define(lockyard)?;
     thread_watch::define(lockyard)?;
     let gcs = lockyard.define_module("GCS")?;
     gcs_lock::define(ruby, gcs)

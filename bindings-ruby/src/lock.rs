@@ -1,5 +1,6 @@
-//! `Lockyard::Redis::Lock`, the native half. Keyword arguments, their
-//! defaults, `lock` and `synchronize` are in `lib/lockyard/redis.rb`.
+//! `Lockyard::Redis::Lock`, the native half. Keyword arguments (nil for
+//! the core's default), `lock` and `synchronize` are in
+//! `lib/lockyard/redis.rb`.
 
 use std::time::Duration;
 
@@ -60,23 +61,17 @@ impl Lock {
     ) -> Result<Obj<Lock>, Error> {
         let build = || {
             let name = convert::string("name", name)?;
-            let mut builder = lockyard::redis::Lock::builder(convert::string("url", url)?, &name)
-                .timeout(convert::optional_seconds(ruby, "timeout", timeout)?)
-                .max_refresh_fails(convert::count("max_refresh_fails", max_refresh_fails)?)
-                .connect_timeout(convert::seconds(ruby, "connect_timeout", connect_timeout)?);
-            if let Some(every) =
-                convert::optional_seconds(ruby, "refresh_interval", refresh_interval)?
-            {
-                builder = builder.refresh_interval(every);
-            }
+            let mut builder = convert::lease_options(
+                ruby,
+                lockyard::redis::Lock::builder(convert::string("url", url)?, &name)
+                    .timeout(convert::optional_seconds(ruby, "timeout", timeout)?),
+                ttl,
+                refresh_interval,
+                max_refresh_fails,
+                connect_timeout,
+            )?;
             if let Some(prefix) = convert::optional_string("identity_prefix", identity_prefix)? {
                 builder = builder.identity_prefix(prefix);
-            }
-            // A lock under a session has no TTL of its own (nil); any other needs one.
-            if session.is_nil() {
-                builder = builder.ttl(convert::seconds(ruby, "ttl", ttl)?);
-            } else if let Some(ttl) = convert::optional_seconds(ruby, "ttl", ttl)? {
-                builder = builder.ttl(ttl);
             }
             if let Some(value) = convert::optional_string("value", value)? {
                 builder = builder.value(value);

@@ -1,5 +1,5 @@
-//! `Lockyard::Quorum::RwLock`, the native half. Keyword arguments, their
-//! defaults, `with_write_lock` and `with_read_lock` are in
+//! `Lockyard::Quorum::RwLock`, the native half. Keyword arguments (nil for
+//! the core's default), `with_write_lock` and `with_read_lock` are in
 //! `lib/lockyard/quorum.rb`.
 
 use lockyard::wait::InTime;

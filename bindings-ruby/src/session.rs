@@ -48,13 +48,22 @@ impl Session {
         connect_timeout: Value,
     ) -> Result<Obj<Session>, Error> {
         let builder = || {
-            Ok(
-                lockyard::redis::Session::builder(convert::string("url", url)?)
-                    .ttl(convert::seconds(ruby, "ttl", ttl)?)
-                    .behavior(convert::string("behavior", behavior)?.parse()?)
-                    .lock_delay(convert::seconds(ruby, "lock_delay", lock_delay)?)
-                    .connect_timeout(convert::seconds(ruby, "connect_timeout", connect_timeout)?),
-            )
+            let mut builder = lockyard::redis::Session::builder(convert::string("url", url)?);
+            if let Some(ttl) = convert::optional_seconds(ruby, "ttl", ttl)? {
+                builder = builder.ttl(ttl);
+            }
+            if let Some(behavior) = convert::optional_string("behavior", behavior)? {
+                builder = builder.behavior(behavior.parse()?);
+            }
+            if let Some(delay) = convert::optional_seconds(ruby, "lock_delay", lock_delay)? {
+                builder = builder.lock_delay(delay);
+            }
+            if let Some(timeout) =
+                convert::optional_seconds(ruby, "connect_timeout", connect_timeout)?
+            {
+                builder = builder.connect_timeout(timeout);
+            }
+            Ok(builder)
         };
         let builder = builder().or_raise(ruby)?;
         let session = nogvl::blocking(ruby, |_| builder.clone().build())?;
@@ -102,10 +111,7 @@ impl Session {
     fn behavior(ruby: &Ruby, rb_self: &Self) -> &'static str {
         rb_self
             .core
-            .nonblocking(ruby, |session| match session.behavior() {
-                lockyard::redis::Behavior::Delete => "delete",
-                _ => "release",
-            })
+            .nonblocking(ruby, |session| session.behavior().as_str())
     }
 }
 

@@ -1,5 +1,5 @@
-//! `Lockyard::Redis::WaitGroup`, the native half. Keyword arguments, their
-//! defaults, `synchronize` and its `Slot` are in
+//! `Lockyard::Redis::WaitGroup`, the native half. Keyword arguments (nil
+//! for the core's default), `synchronize` and its `Slot` are in
 //! `lib/lockyard/redis/wait_group.rb`.
 
 use lockyard::wait::InTime;

@@ -110,7 +110,6 @@ module LockyardTest
     { ttl: 18_446_744_073_709_551.616 },
     { ttl: 1e19 },
     { ttl: "30" },
-    { ttl: nil },
     { ttl: true },
     { refresh_interval: 10 },
     { refresh_interval: 0 },

@@ -1,8 +1,8 @@
 //! The lease every primitive grants (Redis, quorum, GCS): how long a grant
 //! lives without refresh, validated once; the options and setters every
 //! builder of a leased primitive shares; the keep-alive policy every
-//! refresher follows; and the check of durations the bindings pass as
-//! seconds.
+//! refresher follows; the defaults of those options; and the check of
+//! durations the bindings pass as seconds.
 
 use std::time::Duration;
 
@@ -149,6 +149,21 @@ impl KeepAlive {
     }
 }
 
+/// How long a grant of a Redis lock, wait group or quorum lock outlives its
+/// holder's last refresh when no ttl is set (the GCS lock's is
+/// `gcs::LockBuilder::DEFAULT_TTL`).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// Consecutive transient refresh failures that exhaust a hold when
+/// `max_refresh_fails` is not set, for every leased primitive.
+pub const DEFAULT_MAX_REFRESH_FAILS: u32 = 3;
+
+/// How long connecting to a Redis server may take before it counts as
+/// unreachable when `connect_timeout` is not set (and for the calls that
+/// take no options: `holder`, `inspect`, `force_release`, `Election::new`).
+#[cfg(feature = "redis")]
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The lease options a builder carries, with the defaults every leased
 /// primitive shares; the builder's setters fill them in (see
 /// [`lease_setters!`]) and its `build` turns them into a [`Lease`].
@@ -169,9 +184,9 @@ impl Default for LeaseOptions {
         LeaseOptions {
             ttl: None,
             refresh_interval: None,
-            max_refresh_fails: 3,
+            max_refresh_fails: DEFAULT_MAX_REFRESH_FAILS,
             #[cfg(feature = "redis")]
-            connect_timeout: Duration::from_secs(5),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }

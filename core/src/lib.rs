@@ -58,7 +58,7 @@ mod health;
 mod holds;
 mod identity;
 #[cfg(any(feature = "redis", feature = "gcs"))]
-mod lease;
+pub mod lease;
 #[cfg(any(feature = "redis", feature = "gcs"))]
 pub mod limits;
 #[cfg(any(feature = "redis", feature = "gcs"))]

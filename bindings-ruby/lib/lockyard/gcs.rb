@@ -24,23 +24,26 @@ module Lockyard
     class Lock
       include Lockyard::Synchronize
 
+      # Options left nil take the core's defaults, stated with each.
       # @param bucket_name [String] an existing bucket
       # @param path [String] the lock object's name in it
       # @param instance_identity_prefix [String, nil] identities are +<prefix>/<thread>+;
       #   the default is random hex and the pid. The same prefix recovers its own
       #   abandoned lock at once.
-      # @param thread_safe [Boolean] false: all threads share one identity and one hold
+      # @param thread_safe [Boolean, nil] false: all threads share one identity and one hold
       #   (which then outlives the thread that took it); true: a Thread that dies
-      #   holding the lock releases it, with a warning ({Lockyard::ThreadWatch})
+      #   holding the lock releases it, with a warning ({Lockyard::ThreadWatch}) (default true)
       # @param logger [Logger, nil] receives the lock's progress with the gem's levels
       # @param logger_mutex [Mutex] serializes writes to +logger+
-      # @param ttl [Numeric] a hold not refreshed for this long is stale
+      # @param ttl [Numeric, nil] a hold not refreshed for this long is stale (default 300)
       # @param refresh_interval [Numeric, nil] below ttl / max_refresh_fails
       #   (default: ttl / (max_refresh_fails * 3))
-      # @param max_refresh_fails [Integer] consecutive transient refresh failures
-      #   that make the lock unhealthy
-      # @param backoff_min [Numeric] @param backoff_max [Numeric]
-      # @param backoff_multiplier [Numeric] waits of a waiter (decorrelated jitter)
+      # @param max_refresh_fails [Integer, nil] consecutive transient refresh failures
+      #   that make the lock unhealthy (default 3)
+      # @param backoff_min [Numeric, nil] first and least wait of a waiter (default 1)
+      # @param backoff_max [Numeric, nil] longest wait of a waiter (default 30)
+      # @param backoff_multiplier [Numeric, nil] growth of the waits, with decorrelated jitter
+      #   (default 2)
       # @param object_acl [String, Symbol, nil] predefined ACL of the lock object
       # @param cloud_storage_options [Hash, nil] +credentials+/+keyfile+ (a credentials
       #   file's path or its Hash: service-account key, authorized_user,
@@ -49,9 +52,9 @@ module Lockyard
       # @param cloud_storage_bucket_options [Hash, nil] +user_project+
       # @param timeout [Numeric, nil] default wait of {#lock}; nil waits forever
       # @raise [Lockyard::ConfigError]
-      def self.new(bucket_name:, path:, instance_identity_prefix: nil, thread_safe: true,
-                   logger: nil, logger_mutex: Mutex.new, ttl: 300, refresh_interval: nil,
-                   max_refresh_fails: 3, backoff_min: 1, backoff_max: 30, backoff_multiplier: 2,
+      def self.new(bucket_name:, path:, instance_identity_prefix: nil, thread_safe: nil,
+                   logger: nil, logger_mutex: Mutex.new, ttl: nil, refresh_interval: nil,
+                   max_refresh_fails: nil, backoff_min: nil, backoff_max: nil, backoff_multiplier: nil,
                    object_acl: nil, cloud_storage_options: nil, cloud_storage_bucket_options: nil,
                    timeout: nil)
         options = {

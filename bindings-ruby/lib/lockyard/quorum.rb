@@ -21,16 +21,20 @@ module Lockyard
     # than 32, one server twice) raise {Lockyard::ConfigError} before any
     # network access.
     class RwLock
+      # Options left nil take the core's defaults, stated with each.
       # @param urls [Array<String>] one redis:// URL per independent server (1 to 32)
       # @param name [String] the lock's name; holders of the same name exclude each other
-      # @param ttl [Numeric] how long each server keeps a grant after its holder's last refresh
+      # @param ttl [Numeric, nil] how long each server keeps a grant after its holder's last
+      #   refresh (default 30)
       # @param timeout [Numeric, nil] wait of {#with_write_lock} and {#with_read_lock}; nil waits forever
       # @param refresh_interval [Numeric, nil] refresh period, below ttl / max_refresh_fails
-      # @param max_refresh_fails [Integer] refreshes in a row that reach no quorum before the lock turns unhealthy
-      # @param connect_timeout [Numeric] how long connecting to a server may take
+      #   (default: a third of that)
+      # @param max_refresh_fails [Integer, nil] refreshes in a row that reach no quorum before the
+      #   lock turns unhealthy (default 3)
+      # @param connect_timeout [Numeric, nil] how long connecting to a server may take (default 5)
       # @raise [Lockyard::ConfigError]
-      def self.new(urls:, name:, ttl: 30, timeout: nil, refresh_interval: nil, max_refresh_fails: 3,
-                   connect_timeout: 5)
+      def self.new(urls:, name:, ttl: nil, timeout: nil, refresh_interval: nil, max_refresh_fails: nil,
+                   connect_timeout: nil)
         build(urls, name, ttl, timeout, refresh_interval, max_refresh_fails, connect_timeout)
       end
       private_class_method :build

@@ -24,6 +24,7 @@ module Lockyard
     class Lock
       include Lockyard::Synchronize
 
+      # Options left nil take the core's defaults, stated with each.
       # @param url [String] redis://, rediss://, unix:// or redis+sentinel:// URL (see the README)
       # @param name [String] the lock's name; holders of the same name exclude each other
       # @param ttl [Numeric, nil] how long the lock outlives its holder's last refresh
@@ -31,15 +32,17 @@ module Lockyard
       # @param timeout [Numeric, nil] default wait of {#lock} and {#synchronize}; nil waits forever
       # @param refresh_interval [Numeric, nil] refresh period, below ttl / max_refresh_fails
       #   (default: a third of that)
-      # @param max_refresh_fails [Integer] consecutive failed refreshes that make the lock unhealthy
+      # @param max_refresh_fails [Integer, nil] consecutive failed refreshes that make the lock
+      #   unhealthy (default 3)
       # @param identity_prefix [String, nil] prefix of holder identities (default: random)
-      # @param connect_timeout [Numeric] how long connecting may take before the server counts as unreachable
+      # @param connect_timeout [Numeric, nil] how long connecting may take before the server
+      #   counts as unreachable (default 5)
       # @param session [Lockyard::Redis::Session, nil] hold the lock under this session: it lives
       #   exactly as long as the session and shares its health
       # @param value [String, nil] stored with each grant under a session (see {Redis.holder})
       # @raise [Lockyard::ConfigError]
-      def self.new(url:, name:, session: nil, value: nil, ttl: session ? nil : 30, timeout: nil,
-                   refresh_interval: nil, max_refresh_fails: 3, identity_prefix: nil, connect_timeout: 5)
+      def self.new(url:, name:, session: nil, value: nil, ttl: nil, timeout: nil,
+                   refresh_interval: nil, max_refresh_fails: nil, identity_prefix: nil, connect_timeout: nil)
         lock = build(url, name, ttl, timeout, refresh_interval, max_refresh_fails, identity_prefix, connect_timeout,
                      session, value)
         # The lock lives under the session: collecting the session while
@@ -117,16 +120,19 @@ module Lockyard
     #     Lockyard::Redis.each_exclusive(url: url, names: tasks, session: session) { |task| run(task) }
     #   end
     class Session
+      # Options left nil take the core's defaults, stated with each.
       # @param url [String] redis://, rediss://, unix:// or redis+sentinel:// URL (see the README)
-      # @param ttl [Numeric] how long the session outlives its last renewal (at least 0.01)
-      # @param behavior [String] what the session's end does to its locks' values:
+      # @param ttl [Numeric, nil] how long the session outlives its last renewal
+      #   (default 15; at least 0.01)
+      # @param behavior [String, nil] what the session's end does to its locks' values:
       #   "release" keeps each readable by {Redis.holder} until the name is taken again
-      #   (at most an hour), "delete" deletes it
-      # @param lock_delay [Numeric] how long a lost session's locks stay barred; 0 disables it
-      # @param connect_timeout [Numeric]
+      #   (at most an hour), "delete" deletes it (default "release")
+      # @param lock_delay [Numeric, nil] how long a lost session's locks stay barred; 0 disables it
+      #   (default 15)
+      # @param connect_timeout [Numeric, nil] (default 5)
       # @raise [Lockyard::ConfigError] for a bad value
       # @raise [Lockyard::BackendError] if the server cannot be reached
-      def self.new(url:, ttl: 15, behavior: "release", lock_delay: 15, connect_timeout: 5)
+      def self.new(url:, ttl: nil, behavior: nil, lock_delay: nil, connect_timeout: nil)
         build(url, ttl, behavior, lock_delay, connect_timeout)
       end
       private_class_method :build

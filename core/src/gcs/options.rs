@@ -41,34 +41,54 @@ pub struct LockBuilder {
 
 crate::lease::lease_setters! {
     LockBuilder;
-    /// How long the lock outlives its holder's last refresh (default 300 s; at most
-    /// 30 days).
+    /// How long the lock outlives its holder's last refresh (default
+    /// [`DEFAULT_TTL`](Self::DEFAULT_TTL); at most 30 days).
     ttl;
     /// Refresh period, below ttl / max_refresh_fails (default a third of that).
     refresh_interval;
     /// Consecutive transient refresh failures that make it unhealthy until
-    /// a refresh lands again (default 3).
+    /// a refresh lands again (default
+    /// [`DEFAULT_MAX_REFRESH_FAILS`](crate::lease::DEFAULT_MAX_REFRESH_FAILS)).
     max_refresh_fails;
 }
 
 impl LockBuilder {
+    /// How long the lock outlives its holder's last refresh unless
+    /// [`LockBuilder::ttl`] sets it: the gem's five minutes, not a Redis
+    /// lock's [`DEFAULT_TTL`](crate::lease::DEFAULT_TTL).
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
+    /// The first and least wait of a waiter unless
+    /// [`LockBuilder::backoff_min`] sets it.
+    pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_secs(1);
+    /// The longest wait of a waiter unless [`LockBuilder::backoff_max`] sets it.
+    pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+    /// The growth of the waits unless [`LockBuilder::backoff_multiplier`]
+    /// sets it.
+    pub const DEFAULT_BACKOFF_MULTIPLIER: f64 = 2.0;
+    /// Whether each thread is a holder of its own unless
+    /// [`LockBuilder::thread_safe`] says otherwise.
+    pub const DEFAULT_THREAD_SAFE: bool = true;
+    /// How long one HTTP request may take unless
+    /// [`LockBuilder::request_timeout`] sets it.
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+
     pub(super) fn new(bucket_name: String, path: String) -> Self {
         LockBuilder {
             bucket_name,
             path,
             lease: LeaseOptions::default(),
             timeout: None,
-            backoff_min: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(30),
-            backoff_multiplier: 2.0,
+            backoff_min: Self::DEFAULT_BACKOFF_MIN,
+            backoff_max: Self::DEFAULT_BACKOFF_MAX,
+            backoff_multiplier: Self::DEFAULT_BACKOFF_MULTIPLIER,
             instance_identity_prefix: None,
-            thread_safe: true,
+            thread_safe: Self::DEFAULT_THREAD_SAFE,
             object_acl: None,
             credentials: Credentials::Default,
             emulator_host: None,
             endpoint: None,
             user_project: None,
-            request_timeout: Duration::from_secs(20),
+            request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
             log: None,
             store: None,
         }
@@ -79,18 +99,20 @@ impl LockBuilder {
         self.timeout = timeout;
         self
     }
-    /// First wait of a waiter, and the least one (default 1 s; at most 30 days).
+    /// First wait of a waiter, and the least one (default
+    /// [`DEFAULT_BACKOFF_MIN`](Self::DEFAULT_BACKOFF_MIN); at most 30 days).
     pub fn backoff_min(mut self, wait: Duration) -> Self {
         self.backoff_min = wait;
         self
     }
-    /// Longest wait between two looks at a held lock (default 30 s; at
-    /// most 30 days).
+    /// Longest wait between two looks at a held lock (default
+    /// [`DEFAULT_BACKOFF_MAX`](Self::DEFAULT_BACKOFF_MAX); at most 30 days).
     pub fn backoff_max(mut self, wait: Duration) -> Self {
         self.backoff_max = wait;
         self
     }
-    /// Growth of the waits (default 2).
+    /// Growth of the waits (default
+    /// [`DEFAULT_BACKOFF_MULTIPLIER`](Self::DEFAULT_BACKOFF_MULTIPLIER)).
     pub fn backoff_multiplier(mut self, factor: f64) -> Self {
         self.backoff_multiplier = factor;
         self
@@ -103,7 +125,8 @@ impl LockBuilder {
         self.instance_identity_prefix = Some(prefix.into());
         self
     }
-    /// With `false`, all threads share one identity and one hold, as in the gem.
+    /// With `false`, all threads share one identity and one hold, as in the
+    /// gem (default [`DEFAULT_THREAD_SAFE`](Self::DEFAULT_THREAD_SAFE)).
     pub fn thread_safe(mut self, thread_safe: bool) -> Self {
         self.thread_safe = thread_safe;
         self
@@ -145,7 +168,8 @@ impl LockBuilder {
         self
     }
     /// How long one HTTP request may take before it counts as a transient
-    /// failure (default 20 s; at most 30 days).
+    /// failure (default [`DEFAULT_REQUEST_TIMEOUT`](Self::DEFAULT_REQUEST_TIMEOUT);
+    /// at most 30 days).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
@@ -176,7 +200,7 @@ impl LockBuilder {
         if self.path.is_empty() {
             return Err(Error::config("path must not be empty"));
         }
-        let lease = self.lease.lease(Duration::from_secs(300))?;
+        let lease = self.lease.lease(Self::DEFAULT_TTL)?;
         let backoff = Backoff::new(self.backoff_min, self.backoff_max, self.backoff_multiplier)?;
         limits::positive_period("request_timeout", self.request_timeout)?;
         limits::wait(self.timeout)?;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::lease::DEFAULT_CONNECT_TIMEOUT;
 use crate::redis::{check_name, server, Route};
 
 /// What one node says about a name, from [`inspect`].
@@ -105,7 +106,7 @@ fn nodes<S: AsRef<str>>(urls: &[S], name: &str) -> Result<Vec<(String, Route)>> 
             let url = url.as_ref();
             Ok((
                 url.to_owned(),
-                Route::new(server(url, Duration::from_secs(5))?),
+                Route::new(server(url, DEFAULT_CONNECT_TIMEOUT)?),
             ))
         })
         .collect()

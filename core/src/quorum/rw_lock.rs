@@ -10,7 +10,7 @@ use super::node::{Mode, NetLocker, RedisNode};
 use crate::error::{Error, Result};
 use crate::holds::PerHolder;
 use crate::identity::{holder_identity, holder_number, random_hex};
-use crate::lease::{Lease, LeaseOptions};
+use crate::lease::{Lease, LeaseOptions, DEFAULT_TTL};
 use crate::limits;
 use crate::redis::{check_name, server};
 use crate::wait::{Deadline, Interrupt, NEVER};
@@ -61,14 +61,15 @@ pub struct RwLockBuilder {
 
 crate::lease::lease_setters! {
     RwLockBuilder;
-    /// How long each node keeps a grant after its holder's last refresh (default 30 s;
-    /// at most 30 days).
+    /// How long each node keeps a grant after its holder's last refresh (default
+    /// [`DEFAULT_TTL`](crate::lease::DEFAULT_TTL); at most 30 days).
     ttl;
     /// Refresh period; must be below ttl / max_refresh_fails (default: a third of that).
     refresh_interval;
-    /// Consecutive refreshes that reach no quorum before the lock turns unhealthy (default 3).
+    /// Consecutive refreshes that reach no quorum before the lock turns unhealthy
+    /// (default [`DEFAULT_MAX_REFRESH_FAILS`](crate::lease::DEFAULT_MAX_REFRESH_FAILS)).
     max_refresh_fails;
-    /// How long connecting to a node may take (default 5 s; at most 30 days).
+    /// How long connecting to a node may take (default [`DEFAULT_CONNECT_TIMEOUT`](crate::lease::DEFAULT_CONNECT_TIMEOUT); at most 30 days).
     connect_timeout;
 }
 
@@ -147,7 +148,7 @@ impl RwLockBuilder {
     }
 
     fn timing(&self) -> Result<Timing> {
-        let lease = self.lease.lease(Duration::from_secs(30))?;
+        let lease = self.lease.lease(DEFAULT_TTL)?;
         // A node slower than this is "not answering" for one attempt; its
         // grant, if it comes, is adopted or released when it does.
         let attempt_timeout = Duration::from_millis(500).min(lease.ttl / 2);

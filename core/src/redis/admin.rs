@@ -13,6 +13,7 @@ use super::route::Route;
 use super::scripts::prepare;
 use super::server::{server, COMMAND_TIMEOUT};
 use crate::error::{Error, Result};
+use crate::lease::DEFAULT_CONNECT_TIMEOUT;
 
 macro_rules! admin_script {
     ($file:literal) => {
@@ -105,7 +106,7 @@ pub fn force_release(url: &str, name: &str) -> Result<u32> {
 
 fn target(url: &str, name: &str) -> Result<(Route, Keys)> {
     let keys = Keys::new(name)?;
-    Ok((Route::new(server(url, Duration::from_secs(5))?), keys))
+    Ok((Route::new(server(url, DEFAULT_CONNECT_TIMEOUT)?), keys))
 }
 
 fn parse_state(reply: &[String]) -> Option<LockState> {

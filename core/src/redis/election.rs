@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::health;
 use crate::holds::{Holds, ProcessHolds};
 use crate::identity::{random_hex, request_token};
+use crate::lease::DEFAULT_CONNECT_TIMEOUT;
 use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
 /// How often an observer with nothing to read asks whether the leader's
@@ -75,7 +76,7 @@ impl Election {
         let state = session.state().clone();
         state.usable()?;
         let semaphore = Semaphore::new(
-            Route::new(server(url, Duration::from_secs(5))?),
+            Route::new(server(url, DEFAULT_CONNECT_TIMEOUT)?),
             Keys::new(name)?,
             Shape::Lock,
             state.lease().clone(),

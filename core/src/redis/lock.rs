@@ -14,7 +14,9 @@ use super::slots::Shape;
 use crate::error::{Error, Result};
 use crate::holds::PerHolder;
 use crate::identity::{holder_identity, holder_number, random_hex, request_token};
-use crate::lease::{Lease, LeaseOptions};
+use crate::lease::{
+    Lease, LeaseOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_REFRESH_FAILS, DEFAULT_TTL,
+};
 use crate::limits;
 use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
@@ -64,16 +66,18 @@ pub struct LockBuilder {
 
 crate::lease::lease_setters! {
     LockBuilder;
-    /// How long the lock outlives its holder's last refresh (default 30 s;
-    /// at most 30 days, [`MAX_PERIOD`](crate::MAX_PERIOD)).
+    /// How long the lock outlives its holder's last refresh (default
+    /// [`DEFAULT_TTL`](crate::lease::DEFAULT_TTL); at most 30 days, [`MAX_PERIOD`](crate::MAX_PERIOD)).
     /// Not for a lock under a session, which lives as long as the session.
     ttl;
     /// Refresh period; must be below ttl / max_refresh_fails
     /// (default: a third of that).
     refresh_interval;
-    /// Consecutive transient refresh failures that make the lock unhealthy (default 3).
+    /// Consecutive transient refresh failures that make the lock unhealthy
+    /// (default [`DEFAULT_MAX_REFRESH_FAILS`](crate::lease::DEFAULT_MAX_REFRESH_FAILS)).
     max_refresh_fails;
-    /// How long connecting to Redis may take before it counts as unreachable (default 5 s; at most 30 days).
+    /// How long connecting to Redis may take before it counts as unreachable
+    /// (default [`DEFAULT_CONNECT_TIMEOUT`](crate::lease::DEFAULT_CONNECT_TIMEOUT); at most 30 days).
     connect_timeout;
 }
 
@@ -118,7 +122,7 @@ impl LockBuilder {
                     "a value is stored only for a lock under a session",
                 ));
             }
-            None => (self.lease.lease(Duration::from_secs(30))?, None),
+            None => (self.lease.lease(DEFAULT_TTL)?, None),
             Some(_) if self.lease.ttl.is_some() || self.lease.refresh_interval.is_some() => {
                 return Err(Error::config(
                     "a lock under a session has no ttl or refresh_interval of its own: it lives as long as the session",
@@ -323,10 +327,10 @@ crate::guard::thread_lock!(Lock);
 /// cannot be reached.
 pub fn holder(url: &str, name: &str) -> Result<Option<String>> {
     let semaphore = Semaphore::new(
-        Route::new(server(url, Duration::from_secs(5))?),
+        Route::new(server(url, DEFAULT_CONNECT_TIMEOUT)?),
         Keys::new(name)?,
         Shape::Lock,
-        Lease::new(Duration::from_secs(30), None, 3)?,
+        Lease::new(DEFAULT_TTL, None, DEFAULT_MAX_REFRESH_FAILS)?,
         format!("lock {name:?}"),
         None,
     );

@@ -29,7 +29,7 @@ use super::server::server;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::identity::random_hex;
-use crate::lease::Lease;
+use crate::lease::{Lease, DEFAULT_CONNECT_TIMEOUT};
 use crate::limits;
 use crate::runtime;
 
@@ -44,6 +44,17 @@ pub enum Behavior {
     Release,
     /// The locks are freed and their values deleted with them.
     Delete,
+}
+
+impl Behavior {
+    /// The behavior's name, as [`FromStr`](std::str::FromStr) reads it:
+    /// `"release"` or `"delete"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Behavior::Release => "release",
+            Behavior::Delete => "delete",
+        }
+    }
 }
 
 impl std::str::FromStr for Behavior {
@@ -91,25 +102,35 @@ pub struct SessionBuilder {
 }
 
 impl SessionBuilder {
-    /// How long the session outlives its last renewal (default 15 s; at
-    /// least 10 ms, at most 30 days). Renewed every ttl/2.
+    /// The session's ttl unless [`SessionBuilder::ttl`] sets one.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+    /// The session's lock_delay unless [`SessionBuilder::lock_delay`] sets one.
+    pub const DEFAULT_LOCK_DELAY: Duration = Duration::from_secs(15);
+
+    /// How long the session outlives its last renewal (default
+    /// [`DEFAULT_TTL`](Self::DEFAULT_TTL); at least 10 ms, at most 30
+    /// days). Renewed every ttl/2.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
-    /// What the session's end does to its locks' values (default release).
+    /// What the session's end does to its locks' values (default
+    /// [`Behavior::default`]).
     pub fn behavior(mut self, behavior: Behavior) -> Self {
         self.behavior = behavior;
         self
     }
     /// How long the locks of a session that was lost without
     /// [`Session::destroy`] stay barred, counted from the moment their lease
-    /// ran out (default 15 s; zero disables it; at most 30 days).
+    /// ran out (default [`DEFAULT_LOCK_DELAY`](Self::DEFAULT_LOCK_DELAY);
+    /// zero disables it; at most 30 days).
     pub fn lock_delay(mut self, delay: Duration) -> Self {
         self.lock_delay = delay;
         self
     }
-    /// How long connecting to Redis may take (default 5 s; at most 30 days).
+    /// How long connecting to Redis may take (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`](crate::lease::DEFAULT_CONNECT_TIMEOUT);
+    /// at most 30 days).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -156,10 +177,10 @@ impl Session {
     pub fn builder(url: impl Into<String>) -> SessionBuilder {
         SessionBuilder {
             url: url.into(),
-            ttl: Duration::from_secs(15),
-            behavior: Behavior::Release,
-            lock_delay: Duration::from_secs(15),
-            connect_timeout: Duration::from_secs(5),
+            ttl: SessionBuilder::DEFAULT_TTL,
+            behavior: Behavior::default(),
+            lock_delay: SessionBuilder::DEFAULT_LOCK_DELAY,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 

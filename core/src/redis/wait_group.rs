@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::health;
 use crate::holds::{Holds, Leaving};
 use crate::identity::uuid4;
-use crate::lease::LeaseOptions;
+use crate::lease::{LeaseOptions, DEFAULT_TTL};
 use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
 /// At most `limit` holders at a time across every process, however many
@@ -73,13 +73,16 @@ pub struct WaitGroupBuilder {
 
 crate::lease::lease_setters! {
     WaitGroupBuilder;
-    /// How long a slot outlives its holder's last refresh (default 30 s; at most 30 days).
+    /// How long a slot outlives its holder's last refresh (default
+    /// [`DEFAULT_TTL`](crate::lease::DEFAULT_TTL); at most 30 days).
     ttl;
     /// Refresh period; must be below ttl / max_refresh_fails.
     refresh_interval;
-    /// Consecutive transient refresh failures that make a slot unhealthy (default 3).
+    /// Consecutive transient refresh failures that make a slot unhealthy
+    /// (default [`DEFAULT_MAX_REFRESH_FAILS`](crate::lease::DEFAULT_MAX_REFRESH_FAILS)).
     max_refresh_fails;
-    /// How long connecting may take before Redis counts as unreachable (default 5 s; at most 30 days).
+    /// How long connecting may take before Redis counts as unreachable
+    /// (default [`DEFAULT_CONNECT_TIMEOUT`](crate::lease::DEFAULT_CONNECT_TIMEOUT); at most 30 days).
     connect_timeout;
 }
 
@@ -95,7 +98,7 @@ impl WaitGroupBuilder {
         if self.limit == 0 {
             return Err(Error::config("limit must be at least 1"));
         }
-        let lease = self.lease.lease(Duration::from_secs(30))?;
+        let lease = self.lease.lease(DEFAULT_TTL)?;
         let route = Route::new(server(&self.url, self.lease.connect_timeout()?)?);
         let what = format!("wait group {:?}", self.name);
         Ok(WaitGroup {

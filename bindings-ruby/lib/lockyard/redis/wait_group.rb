@@ -29,16 +29,19 @@ module Lockyard
     # timeout at most 100 years (nil waits forever). Bad arguments raise
     # {Lockyard::ConfigError} before any network access.
     class WaitGroup
+      # Options left nil take the core's defaults, stated with each.
       # @param url [String] redis://, rediss://, unix:// or redis+sentinel:// URL (see the README)
       # @param name [String] the group's name; groups of the same name share their slots
       # @param limit [Integer] how many slots may be held at once, at least 1
-      # @param ttl [Numeric] how long a slot outlives its holder's last refresh
+      # @param ttl [Numeric, nil] how long a slot outlives its holder's last refresh (default 30)
       # @param refresh_interval [Numeric, nil] refresh period, below ttl / max_refresh_fails
       #   (default: a third of that)
-      # @param max_refresh_fails [Integer] consecutive failed refreshes that make a slot unhealthy
-      # @param connect_timeout [Numeric] how long connecting may take before the server counts as unreachable
+      # @param max_refresh_fails [Integer, nil] consecutive failed refreshes that make a slot
+      #   unhealthy (default 3)
+      # @param connect_timeout [Numeric, nil] how long connecting may take before the server
+      #   counts as unreachable (default 5)
       # @raise [Lockyard::ConfigError]
-      def self.new(url:, name:, limit:, ttl: 30, refresh_interval: nil, max_refresh_fails: 3, connect_timeout: 5)
+      def self.new(url:, name:, limit:, ttl: nil, refresh_interval: nil, max_refresh_fails: nil, connect_timeout: nil)
         build(url, name, limit, ttl, refresh_interval, max_refresh_fails, connect_timeout)
       end
       private_class_method :build
