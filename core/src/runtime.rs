@@ -131,7 +131,24 @@ pub(crate) fn alive_tasks() -> usize {
 
 /// Runs `future` to completion on the calling thread, which must not be the
 /// runtime's; the runtime thread drives its I/O and timers meanwhile.
+///
+/// A caller inside a tokio runtime of its own (a service calling the
+/// blocking API from async code) may not block its thread on a runtime:
+/// tokio panics. Its future then runs on a thread of its own, for this
+/// call only, while the caller's thread waits, as the blocking API says.
 #[cfg(feature = "gcs")]
-pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
-    handle().block_on(future)
+pub(crate) fn block_on<F>(future: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_err() {
+        return handle().block_on(future);
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| handle().block_on(future))
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }

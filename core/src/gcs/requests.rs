@@ -72,7 +72,8 @@ impl Requests<'_> {
         interrupted: Interrupt<'_>,
     ) -> Result<Answer<T>>
     where
-        F: Future<Output = Result<Reply<T>, StoreError>>,
+        T: Send,
+        F: Future<Output = Result<Reply<T>, StoreError>> + Send,
     {
         let mut wait = RETRY_FIRST_WAIT;
         let mut retried = false;
