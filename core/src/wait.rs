@@ -64,6 +64,7 @@ impl Deadline {
     }
 
     /// A one-attempt wait (`timeout` zero, `try_acquire`).
+    #[cfg(feature = "redis")]
     pub(crate) fn is_one_attempt(&self) -> bool {
         self.timeout == Some(Duration::ZERO)
     }
@@ -130,6 +131,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "redis")]
     fn only_a_zero_timeout_is_one_attempt() {
         assert!(Deadline::after(Some(Duration::ZERO)).is_one_attempt());
         assert!(!Deadline::after(Some(Duration::from_millis(1))).is_one_attempt());
