@@ -322,6 +322,12 @@ fn a_new_expires_at_written_by_someone_else_makes_the_holder_unhealthy() {
     });
 }
 
+/// Not a takeover (that is a new generation): an edit of our object.
+#[test]
+fn a_new_identity_written_by_someone_else_makes_the_holder_unhealthy() {
+    someone_else_changes_the_metadata(|object| object.identity = Some("ops".into()));
+}
+
 /// A custom key of someone else's (not modelled by the store) changes
 /// nothing we wrote but the metageneration: still not ours.
 #[test]

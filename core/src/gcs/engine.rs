@@ -217,7 +217,7 @@ impl Engine {
 }
 
 const TAKEN_OVER: &str =
-    "the lock object has an unexpected generation or identity: another holder took it over";
+    "the lock object has an unexpected generation: another holder took it over";
 const CHANGED: &str = "the lock object's metadata was changed by someone else (an unexpected metageneration that no write of ours made): it is no longer provably ours";
 const DELETED: &str = "the lock object has been unexpectedly deleted";
 
@@ -348,10 +348,7 @@ pub(crate) async fn write_if_ours(
         let read = requests.ask(engine.store.get()).await?;
         match read.value {
             None => return Err(RefreshError::NotOurs(DELETED)),
-            Some(object)
-                if object.version.generation != expected.generation
-                    || object.identity.as_deref() != Some(writer.identity.as_str()) =>
-            {
+            Some(object) if object.version.generation != expected.generation => {
                 return Err(RefreshError::NotOurs(TAKEN_OVER))
             }
             Some(object) if !writer.made(&object) => return Err(RefreshError::NotOurs(CHANGED)),
