@@ -16,8 +16,11 @@ for an hour. Control endpoints
   ``create``, ``get``, ``update``, ``delete`` or ``token`` and F is ``"503"``
   or ``"429"`` (answered here, never passed on), ``"reset"`` (connection
   closed before passing it on), ``"lose_reply"`` (passed on and applied
-  upstream, then the reply is dropped and the connection closed) or
-  ``"slow:<seconds>"`` (held that long, then passed on);
+  upstream, then the reply is dropped and the connection closed),
+  ``"slow:<seconds>"`` (held that long, then passed on) or
+  ``"late_reply:<seconds>"`` (passed on and applied upstream at once, the
+  reply held that long: a client timing out meanwhile never learns that
+  its write landed);
 - ``GET /_proxy/stats``: requests per operation seen here, and under
   ``"bearers"`` every distinct ``Authorization`` header that came with a
   storage request.
@@ -147,6 +150,8 @@ class Handler(BaseHTTPRequestHandler):
         status, headers, answer = self.pass_on(method, body)
         if fault == "lose_reply":
             return self.hang_up()
+        if fault and fault.startswith("late_reply:"):
+            time.sleep(float(fault[11:]))
         self.upstream_date = headers.get("Date")
         self.reply(status, answer, headers.get("Content-Type", "application/json"))
 

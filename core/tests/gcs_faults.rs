@@ -2,7 +2,9 @@
 //! 503s, slow requests, injected by the faithful in-process store between
 //! the lock and its object. "Lost" must rest on an answer the server gave;
 //! "could not ask" is retried until the caller's timeout (acquire) or the
-//! lease deadline (refresh, release).
+//! lease deadline (refresh, release). And the other side of a lost reply:
+//! a metadata change someone else made is never taken for our own (issue
+//! 14).
 
 mod gcs_support;
 
@@ -280,4 +282,116 @@ fn a_skewed_server_and_a_late_reply_never_leave_the_holder_healthy_past_its_expi
         thread::sleep(MS(5));
     }
     never_healthy_past_expiry(&store, &lock);
+}
+
+/// Holds the lock with refreshes every 200 ms, lets someone else PATCH the
+/// object's metadata, and checks the gem's answer: unhealthy within one
+/// refresh, with the reason in `last_refresh_error`, and an unlock that
+/// leaves the changed object alone.
+fn someone_else_changes_the_metadata(change: impl FnOnce(&mut lockyard::gcs::LockObject)) {
+    let store = FaithfulStore::new();
+    let lock = builder(&store).refresh_interval(MS(200)).build().unwrap();
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
+    let changed = store.patch_by_someone_else(change);
+    let started = Instant::now();
+    while lock.healthy() && started.elapsed() < MS(1000) {
+        thread::sleep(MS(10));
+    }
+    assert!(
+        started.elapsed() < MS(400),
+        "still healthy {:?} after the change",
+        started.elapsed()
+    );
+    assert!(matches!(
+        lock.check_health(),
+        Err(Error::LockUnhealthy { .. })
+    ));
+    let reason = lock.last_refresh_error().unwrap();
+    assert!(reason.contains("changed by someone else"), "{reason}");
+    assert!(!lock.release().unwrap(), "it was lost before the release");
+    assert_eq!(store.object(), Some(changed), "the changed object stays");
+}
+
+#[test]
+fn a_new_expires_at_written_by_someone_else_makes_the_holder_unhealthy() {
+    someone_else_changes_the_metadata(|object| {
+        object.expires_at = Some(object.expires_at.unwrap() + 3600.0);
+    });
+}
+
+/// Not a takeover (that is a new generation): an edit of our object.
+#[test]
+fn a_new_identity_written_by_someone_else_makes_the_holder_unhealthy() {
+    someone_else_changes_the_metadata(|object| object.identity = Some("ops".into()));
+}
+
+/// A custom key of someone else's (not modelled by the store) changes
+/// nothing we wrote but the metageneration: still not ours.
+#[test]
+fn a_custom_key_written_by_someone_else_makes_the_holder_unhealthy() {
+    someone_else_changes_the_metadata(|_| {});
+}
+
+/// Someone else writes between our refreshes and we release before the
+/// next one notices: the delete's 412 and a read show the change, and the
+/// object is left alone.
+#[test]
+fn a_release_after_someone_else_changed_the_metadata_leaves_the_object() {
+    let store = FaithfulStore::new();
+    let lock = builder(&store)
+        .ttl(Duration::from_secs(10))
+        .refresh_interval(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
+    let changed = store.patch_by_someone_else(|object| object.expires_at = Some(0.0));
+    assert!(!lock.release().unwrap());
+    assert_eq!(store.object(), Some(changed));
+}
+
+/// Every refresh lands and loses its reply, so the refresher never learns
+/// its new metageneration; the release's delete meets a 412, and a read
+/// shows a revision our own write made: ours to delete.
+#[test]
+fn a_release_after_refreshes_whose_replies_were_lost_deletes_the_object() {
+    let store = FaithfulStore::new();
+    let lock = builder(&store).refresh_interval(MS(100)).build().unwrap();
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
+    store.inject(Op::Update, Fault::LoseReply, 1000);
+    thread::sleep(MS(700));
+    let object = store.object().unwrap();
+    assert!(object.version.metageneration >= 3, "{object:?}");
+    assert!(lock.release().unwrap());
+    assert!(store.object().is_none());
+}
+
+/// A refresh whose reply was lost, then someone else's change on top of
+/// our own revision: our nonce is still there, but no longer on the
+/// revision it made.
+#[test]
+fn someone_elses_change_after_our_lost_refresh_reply_is_not_taken_for_ours() {
+    let store = FaithfulStore::new();
+    let lock = builder(&store).refresh_interval(MS(200)).build().unwrap();
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
+    store.inject(Op::Update, Fault::LoseReply, 1);
+    // Fail every later write, so our lost write stays the last of ours.
+    store.inject(Op::Update, Fault::Unavailable, 1000);
+    while store.object().unwrap().version.metageneration < 2 {
+        thread::sleep(MS(5));
+    }
+    let changed = store.patch_by_someone_else(|_| {});
+    assert!(!lock.release().unwrap());
+    assert_eq!(store.object(), Some(changed));
 }

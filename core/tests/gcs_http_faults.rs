@@ -1,6 +1,7 @@
 //! The GCS lock over HTTP with faults a proxy injects between it and the
 //! faithful test server (see gcs_support/http.rs): a token endpoint that
-//! fails or is slow (issue 21, case 7), replies lost on the wire. Needs
+//! fails or is slow (issue 21, case 7), replies lost on the wire or late,
+//! and someone else's metadata change on the server (issue 14). Needs
 //! python3; skipped with a note without it.
 
 mod gcs_support;
@@ -122,4 +123,61 @@ fn over_http_a_503_after_a_lost_refresh_reply_is_not_a_loss() {
     std::thread::sleep(MS(1500));
     assert!(lock.healthy(), "{:?}", lock.check_health());
     assert!(lock.release().unwrap());
+}
+
+/// Issue 14 on the wire: someone else adds a custom key to the lock
+/// object's metadata. The holder is unhealthy within one refresh, says
+/// why, and its unlock leaves the object (and the key) alone.
+#[test]
+fn over_http_a_metadata_change_by_someone_else_is_a_loss_and_unlock_leaves_it() {
+    let Some(gcs) = Gcs::start() else { return };
+    let lock = gcs.lock().refresh_interval(MS(300)).build().unwrap();
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
+    gcs.http
+        .patch_metadata("http-faults", serde_json::json!({ "owner": "ops" }));
+    let changed = Instant::now();
+    while lock.healthy() && changed.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(MS(10));
+    }
+    assert!(changed.elapsed() < MS(600), "{:?}", changed.elapsed());
+    assert!(matches!(
+        lock.check_health(),
+        Err(Error::LockUnhealthy { .. })
+    ));
+    let reason = lock.last_refresh_error().unwrap();
+    assert!(reason.contains("changed by someone else"), "{reason}");
+    assert!(!lock.release().unwrap());
+    let object = gcs.http.object("http-faults").expect("the object stays");
+    assert_eq!(object["metadata"]["owner"], "ops");
+}
+
+/// Issue 14, our side: a refresh reaches the server and lands, but its
+/// reply comes after the request timeout. The retry's 412 and a read show
+/// our own write: still healthy, and the release deletes the object.
+#[test]
+fn over_http_a_refresh_that_timed_out_after_landing_is_not_a_loss() {
+    let Some(gcs) = Gcs::start() else { return };
+    let lock = gcs
+        .lock()
+        .request_timeout(MS(500))
+        .refresh_interval(MS(300))
+        .build()
+        .unwrap();
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
+    gcs.inject("update", "late_reply:1", 1);
+    std::thread::sleep(MS(1500));
+    assert!(lock.healthy(), "{:?}", lock.check_health());
+    let timed_out = lock.last_refresh_error().unwrap();
+    assert!(
+        timed_out.contains("timed out") || timed_out.contains("no reply within"),
+        "{timed_out}"
+    );
+    assert!(lock.release().unwrap());
+    assert!(gcs.http.object("http-faults").is_none());
 }

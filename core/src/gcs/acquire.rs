@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::engine::{write_if_ours, Engine, Hold};
 use super::requests::{sleep_interruptibly, SHORTEST_RETRY};
 use super::store::{Reply, StoreError, Version};
+use super::writer::Writer;
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::wait::{Deadline, Interrupt};
@@ -29,7 +30,8 @@ enum Look {
 
 /// One caller's acquisition: who, until when, and what it may have left.
 struct Attempt<'a> {
-    identity: &'a str,
+    /// Writes the objects of this attempt, and of the hold it becomes.
+    writer: Writer,
     /// When transient failures stop being retried (None: never).
     retry_until: Option<Instant>,
     interrupted: &'a dyn Fn() -> bool,
@@ -54,14 +56,16 @@ impl Engine {
         let started = Instant::now();
         let give_up_at = deadline.check()?.at();
         let mut attempt = Attempt {
-            identity,
+            writer: Writer::new(identity),
             retry_until: give_up_at.map(|at| at.max(started + SHORTEST_RETRY)),
             interrupted,
             create_in_doubt: false,
         };
         let outcome = self.wait_for_lock(&mut attempt, give_up_at);
         match outcome {
-            Err(error) if attempt.create_in_doubt => Err(self.remove_leftover(identity, error)),
+            Err(error) if attempt.create_in_doubt => {
+                Err(self.remove_leftover(&attempt.writer, error))
+            }
             other => other,
         }
     }
@@ -122,7 +126,7 @@ impl Engine {
     /// One create; None if the object exists.
     fn try_create(self: &Arc<Self>, attempt: &mut Attempt<'_>) -> Result<Option<Hold>> {
         let requests = self.requests();
-        let identity = attempt.identity;
+        let writer = &attempt.writer;
         let clock_was_known = self.clock.is_known();
         // Each try writes an `expires_at` from when it is sent, so that
         // retries do not eat into the lease; the last try is the one that
@@ -133,7 +137,7 @@ impl Engine {
         let created = requests.call(
             "create",
             || {
-                let metadata = self.metadata(identity);
+                let metadata = writer.metadata(1, self.expires_at());
                 last_try.set((Stamp::now(), metadata.expires_at));
                 self.store.create(metadata)
             },
@@ -163,7 +167,7 @@ impl Engine {
             let sent = Stamp::now();
             let corrected = requests.call(
                 "refresh",
-                || write_if_ours(self, identity, version),
+                || async move { Ok(write_if_ours(self, writer, version).await?) },
                 attempt.retry_until,
                 attempt.interrupted,
             )?;
@@ -180,7 +184,7 @@ impl Engine {
             }
         }
         attempt.create_in_doubt = false;
-        Ok(Some(self.hold(identity, version, deadline)))
+        Ok(Some(self.hold(attempt.writer.clone(), version, deadline)))
     }
 
     /// Reads the object after a failed create and clears it if it is ours
@@ -207,7 +211,7 @@ impl Engine {
             }
             return Ok(Look::Free);
         };
-        if object.identity.as_deref() == Some(attempt.identity) {
+        if object.identity.as_deref() == Some(attempt.writer.identity.as_str()) {
             self.log(log::Level::Warn, || {
                 "Lock was already owned by this instance, but was abandoned. Resetting lock".into()
             });
@@ -244,10 +248,11 @@ impl Engine {
     }
 
     /// After an acquire failed with `error` while a create of ours may
-    /// have landed: reads the object and deletes it if it is ours, so it
+    /// have landed: reads the object and deletes it if this attempt wrote
+    /// it (not merely someone with the same identity), so it
     /// does not block everyone until it goes stale. Returns the error to
     /// report, saying so if the object could not be removed.
-    fn remove_leftover(&self, identity: &str, error: Error) -> Error {
+    fn remove_leftover(&self, writer: &Writer, error: Error) -> Error {
         let requests = self.requests();
         let until = Some(Instant::now() + LEFTOVER_CLEANUP);
         let never = &|| false;
@@ -258,7 +263,7 @@ impl Engine {
                 Ok(Reply {
                     value: Some(object),
                     ..
-                }) if object.identity.as_deref() == Some(identity) => {
+                }) if writer.made(&object) => {
                     self.delete_version(object.version, until, never)?;
                     self.log(log::Level::Warn, || {
                         format!("Gave back the lock object this attempt had created: {error}")

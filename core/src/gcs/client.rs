@@ -260,6 +260,7 @@ fn metadata_json(metadata: &Metadata) -> Value {
     json!({
         "expires_at": metadata.expires_at.to_string(),
         "identity": metadata.identity,
+        "nonce": metadata.nonce,
     })
 }
 
@@ -291,6 +292,7 @@ fn parse_object(body: &str, expected: Option<Version>) -> Result<LockObject, Sto
             Value::String(s) => s.trim().parse().ok(),
             other => other.as_f64(),
         },
+        nonce: metadata["nonce"].as_str().map(str::to_owned),
     })
 }
 
@@ -326,7 +328,7 @@ mod tests {
 
     #[test]
     fn object_resources_parse_as_gcs_and_emulators_write_them() {
-        let body = r#"{"generation":"17","metageneration":"3","metadata":{"identity":"a/1","expires_at":"12.5"}}"#;
+        let body = r#"{"generation":"17","metageneration":"3","metadata":{"identity":"a/1","expires_at":"12.5","nonce":"f00.3"}}"#;
         let object = parse_object(body, None).unwrap();
         assert_eq!(
             object.version,
@@ -337,6 +339,7 @@ mod tests {
         );
         assert_eq!(object.identity.as_deref(), Some("a/1"));
         assert_eq!(object.expires_at, Some(12.5));
+        assert_eq!(object.nonce.as_deref(), Some("f00.3"));
         let patched = parse_object(r#"{"generation":"17"}"#, Some(object.version)).unwrap();
         assert_eq!(patched.version.metageneration, 3);
     }

@@ -2,7 +2,8 @@
 //! one lock object shares, and a hold's life after it was taken (taking it
 //! is `acquire.rs`): refreshed in the background by PATCHing `expires_at`
 //! with the generation and metageneration preconditions, and released by
-//! deleting exactly our version.
+//! deleting exactly our version. After a 412, a read decides whether the
+//! object is still ours, by the nonce of our writes (`writer.rs`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -12,7 +13,8 @@ use tokio::task::JoinHandle;
 use super::backoff::Backoff;
 use super::clock::ServerClock;
 use super::requests::{Requests, RETRY_FIRST_WAIT, SHORTEST_RETRY};
-use super::store::{LockObject, Metadata, Reply, Store, StoreError, Version};
+use super::store::{LockObject, Reply, Store, StoreError, Version};
+use super::writer::Writer;
 use crate::clock::Stamp;
 use crate::error::Result;
 use crate::health::Health;
@@ -42,7 +44,7 @@ pub(crate) struct Engine {
 
 /// One thread's hold: its object version, shared with its refresher.
 pub(crate) struct Hold {
-    pub(crate) identity: String,
+    pub(crate) writer: Writer,
     pub(crate) generation: i64,
     pub(crate) health: Arc<Health>,
     /// Locked by the refresher for the length of a PATCH, so stopping it
@@ -75,11 +77,9 @@ impl Engine {
         (self.log)(level, &message());
     }
 
-    pub(crate) fn metadata(&self, identity: &str) -> Metadata {
-        Metadata {
-            identity: identity.to_owned(),
-            expires_at: self.clock.at_most_now() + self.lease.ttl.as_secs_f64(),
-        }
+    /// The `expires_at` a write sent now sets.
+    pub(crate) fn expires_at(&self) -> f64 {
+        self.clock.at_most_now() + self.lease.ttl.as_secs_f64()
     }
 
     /// The store as this lock asks it.
@@ -94,12 +94,13 @@ impl Engine {
     }
 
     /// Releases a hold: deletes our version. Ok(false) if the object was no
-    /// longer ours (taken over after going stale, or deleted). Transient
+    /// longer ours (taken over after going stale, deleted, or its metadata
+    /// changed by someone else: then it is left alone). Transient
     /// failures are retried until the lease runs out (at least
     /// [`SHORTEST_RETRY`]): until then nobody else can have it.
     pub(crate) fn release(&self, hold: Hold, interrupted: Interrupt<'_>) -> Result<bool> {
         let requests = self.requests();
-        let identity = hold.identity.clone();
+        let writer = hold.writer.clone();
         let was_healthy = hold.health.is_healthy();
         let until = Some(limits::from_now(
             hold.health.valid_until().left().max(SHORTEST_RETRY),
@@ -115,39 +116,41 @@ impl Engine {
             if requests.answered("delete", answer)?.is_ok() {
                 return Ok(true);
             }
-            match self.still_ours(&identity, version, until, interrupted)? {
-                Some(current) if current != version => version = current,
-                // Gone, or someone else's. If an earlier try of this delete
-                // may have landed while the lease was live, nobody could
-                // have had the lock before it: that was our release.
+            match self.read(until, interrupted)? {
+                Some(object)
+                    if object.version.generation == version.generation
+                        && writer.made(&object)
+                        && object.version != version =>
+                {
+                    version = object.version
+                }
+                // Our generation, changed by someone else: our delete did
+                // not land, and the object is no longer provably ours.
+                Some(object) if object.version.generation == version.generation => {
+                    return Ok(false)
+                }
+                // Gone, or re-created. If an earlier try of this delete may
+                // have landed while the lease was live, nobody could have
+                // had the lock before it: that was our release.
                 _ => return Ok(delete_may_have_landed && was_healthy),
             }
         }
         Ok(false)
     }
 
-    /// The current version if the object is still the generation we
-    /// created under our identity; None if a read shows it is not.
-    fn still_ours(
+    /// The object as a read shows it; None if it is gone (or the read was
+    /// refused).
+    fn read(
         &self,
-        identity: &str,
-        version: Version,
         until: Option<Instant>,
         interrupted: Interrupt<'_>,
-    ) -> Result<Option<Version>> {
+    ) -> Result<Option<LockObject>> {
         let requests = self.requests();
         let read = requests.call("read", || self.store.get(), until, interrupted)?;
-        Ok(match requests.answered("read", read)? {
-            Ok(Reply {
-                value: Some(object),
-                ..
-            }) if object.version.generation == version.generation
-                && object.identity.as_deref() == Some(identity) =>
-            {
-                Some(object.version)
-            }
-            _ => None,
-        })
+        Ok(requests
+            .answered("read", read)?
+            .ok()
+            .and_then(|reply| reply.value))
     }
 
     /// Whether the object exists, and whether `identity` holds it.
@@ -168,7 +171,7 @@ impl Engine {
     /// A hold of `version`, kept alive from now on by its own refresher.
     pub(crate) fn hold(
         self: &Arc<Self>,
-        identity: &str,
+        writer: Writer,
         version: Version,
         deadline: Stamp,
     ) -> Hold {
@@ -177,12 +180,12 @@ impl Engine {
         let version = Arc::new(tokio::sync::Mutex::new(version));
         let refresher = runtime::spawn(refresh_loop(
             self.clone(),
-            identity.to_owned(),
+            writer.clone(),
             version.clone(),
             health.clone(),
         ));
         Hold {
-            identity: identity.to_owned(),
+            writer,
             generation,
             health,
             version,
@@ -214,18 +217,45 @@ impl Engine {
 }
 
 const TAKEN_OVER: &str =
-    "the lock object has an unexpected generation or metageneration: another holder took it over";
+    "the lock object has an unexpected generation: another holder took it over";
+const CHANGED: &str = "the lock object's metadata was changed by someone else (an unexpected metageneration that no write of ours made): it is no longer provably ours";
 const DELETED: &str = "the lock object has been unexpectedly deleted";
+
+/// Why a refresh did not land.
+pub(crate) enum RefreshError {
+    /// A reply or a read showed that the object is not ours: why.
+    NotOurs(&'static str),
+    /// The server could not be asked, or refused the request: nothing is
+    /// known.
+    Failed(StoreError),
+}
+
+impl From<StoreError> for RefreshError {
+    fn from(error: StoreError) -> Self {
+        RefreshError::Failed(error)
+    }
+}
+
+impl From<RefreshError> for StoreError {
+    /// As a store answer: "not ours" is the 412 that started it.
+    fn from(error: RefreshError) -> Self {
+        match error {
+            RefreshError::NotOurs(_) => StoreError::PreconditionFailed,
+            RefreshError::Failed(error) => error,
+        }
+    }
+}
 
 /// Keeps one hold alive until aborted: PATCHes `expires_at` with the
 /// generation and metageneration preconditions. Lost at once only when the
-/// server shows the object gone or someone else's; failures to ask are
+/// server shows the object gone, someone else's, or changed by anyone but
+/// us (so `release` leaves it alone); failures to ask are
 /// retried, sooner than the refresh period, until the lease runs out.
 /// `max_refresh_fails` of them in a row make the hold unhealthy meanwhile;
 /// a refresh that lands afterwards proves it was kept and heals it.
 async fn refresh_loop(
     engine: Arc<Engine>,
-    identity: String,
+    writer: Writer,
     version: Arc<tokio::sync::Mutex<Version>>,
     health: Arc<Health>,
 ) {
@@ -239,7 +269,7 @@ async fn refresh_loop(
         let mut current = version.lock().await;
         engine.log(log::Level::Info, || "Refreshing lock".into());
         let sent = Stamp::now();
-        match write_if_ours(&engine, &identity, *current).await {
+        match write_if_ours(&engine, &writer, *current).await {
             Ok(reply) => {
                 *current = reply.value.version;
                 keep.succeeded();
@@ -254,11 +284,7 @@ async fn refresh_loop(
                     )
                 });
             }
-            Err(gone @ (StoreError::PreconditionFailed | StoreError::NotFound)) => {
-                let reason = match gone {
-                    StoreError::NotFound => DELETED,
-                    _ => TAKEN_OVER,
-                };
+            Err(RefreshError::NotOurs(reason)) => {
                 engine.record_refresh_error(reason);
                 engine.log(log::Level::Error, || {
                     "Lock refresh failed permanently. Declaring lock as unhealthy".into()
@@ -266,7 +292,7 @@ async fn refresh_loop(
                 health.mark_lost(reason);
                 return;
             }
-            Err(failure) => {
+            Err(RefreshError::Failed(failure)) => {
                 let verdict = keep.failed(&failure);
                 let failures = keep.failures();
                 engine.record_refresh_error(&failure.to_string());
@@ -295,55 +321,54 @@ async fn refresh_loop(
     }
 }
 
-/// Writes a fresh `expires_at` if the object is still the one this
-/// identity created; the object returned carries the `expires_at` written.
-/// Err(PreconditionFailed): a read showed another holder's object;
-/// Err(NotFound): the object is gone; other errors: the server could not be
-/// asked, and nothing is known.
+/// Writes a fresh `expires_at` if the object is still the revision of
+/// ours we last knew (`expected`) or one a later write of ours made; the
+/// object returned carries the `expires_at` written.
 pub(crate) async fn write_if_ours(
     engine: &Engine,
-    identity: &str,
-    expected: Version,
-) -> Result<Reply<LockObject>, StoreError> {
+    writer: &Writer,
+    mut expected: Version,
+) -> Result<Reply<LockObject>, RefreshError> {
     let requests = engine.requests();
-    let metadata = engine.metadata(identity);
-    let written = requests
-        .ask(engine.store.update(expected, metadata.clone()))
-        .await;
-    if !matches!(written, Err(StoreError::PreconditionFailed)) {
-        return with_expiry(written, &metadata);
-    }
-    // A 412 proves only that the metageneration moved: an earlier write of
-    // ours may have landed without its reply. Only a read tells.
-    let read = requests.ask(engine.store.get()).await?;
-    match read.value {
-        None => Err(StoreError::NotFound),
-        Some(object)
-            if object.version.generation == expected.generation
-                && object.identity.as_deref() == Some(identity) =>
-        {
-            let written = requests
-                .ask(engine.store.update(object.version, metadata.clone()))
-                .await;
-            match with_expiry(written, &metadata) {
-                // Changed again between our read and write: ask again later.
-                Err(StoreError::PreconditionFailed) => Err(StoreError::Transient(
-                    "the lock object changed between reading and refreshing it".into(),
-                )),
-                other => other,
-            }
+    // Twice at most: once more after a read found that an earlier write of
+    // ours landed without its reply, for an `expires_at` from now.
+    for _ in 0..2 {
+        let metadata = writer.metadata(expected.metageneration + 1, engine.expires_at());
+        let written = requests
+            .ask(engine.store.update(expected, metadata.clone()))
+            .await;
+        match written {
+            Err(StoreError::PreconditionFailed) => {}
+            Err(StoreError::NotFound) => return Err(RefreshError::NotOurs(DELETED)),
+            other => return Ok(with_expiry(other, metadata.expires_at)?),
         }
-        Some(_) => Err(StoreError::PreconditionFailed),
+        // A 412 proves only that the metageneration moved: an earlier write
+        // of ours may have landed without its reply, or someone else wrote.
+        // Only our nonce on the revision now there tells which.
+        let read = requests.ask(engine.store.get()).await?;
+        match read.value {
+            None => return Err(RefreshError::NotOurs(DELETED)),
+            Some(object) if object.version.generation != expected.generation => {
+                return Err(RefreshError::NotOurs(TAKEN_OVER))
+            }
+            Some(object) if !writer.made(&object) => return Err(RefreshError::NotOurs(CHANGED)),
+            Some(object) => expected = object.version,
+        }
     }
+    // The second write met a 412 although the revision it named was ours:
+    // something wrote in between. The next try's read says what.
+    Err(RefreshError::Failed(StoreError::Transient(
+        "the lock object changed between reading and refreshing it".into(),
+    )))
 }
 
 /// A written object as we wrote it, whatever the reply echoed.
 fn with_expiry(
     written: Result<Reply<LockObject>, StoreError>,
-    metadata: &Metadata,
+    expires_at: f64,
 ) -> Result<Reply<LockObject>, StoreError> {
     written.map(|mut reply| {
-        reply.value.expires_at = Some(metadata.expires_at);
+        reply.value.expires_at = Some(expires_at);
         reply
     })
 }

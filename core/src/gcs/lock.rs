@@ -134,9 +134,11 @@ impl Lock {
 
     /// Releases the calling thread's hold: deletes exactly the object
     /// version it holds. Ok(false) when the server no longer had it (it went
-    /// stale and was taken over, or was deleted). Transient failures are
-    /// retried until the lease deadline; a retried delete that finds the
-    /// object gone counts as released (its first try landed, reply lost).
+    /// stale and was taken over, or was deleted), or when someone else
+    /// changed its metadata: then the object is left as it is. Transient
+    /// failures are retried until the lease deadline; a retried delete that
+    /// finds the object gone counts as released (its first try landed,
+    /// reply lost).
     ///
     /// # Errors
     /// [`Error::Backend`] if the delete still fails at the lease deadline

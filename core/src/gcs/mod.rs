@@ -7,7 +7,8 @@
 //!   `requests.rs`: asking the store until a deadline; `clock.rs`: the
 //!   server's clock;
 //! - `client.rs`: the JSON API over HTTPS; `auth.rs`: endpoint and credentials;
-//! - `store.rs`: the four conditional operations the algorithm needs.
+//! - `store.rs`: the four conditional operations the algorithm needs;
+//!   `writer.rs`: telling our own writes from anyone else's.
 //!
 //! See `README.md` in this directory for the choice of crates.
 
@@ -22,6 +23,7 @@ mod lock;
 mod options;
 mod requests;
 mod store;
+mod writer;
 
 pub use admin::ObjectState;
 pub use engine::LogSink;

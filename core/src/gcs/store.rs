@@ -27,6 +27,9 @@ pub struct LockObject {
     /// Server time (Unix seconds) after which the hold is stale (custom
     /// metadata `expires_at`, as the Ruby gem writes it).
     pub expires_at: Option<f64>,
+    /// Which write made this revision (custom metadata `nonce`): tells a
+    /// holder's own writes from anyone else's.
+    pub nonce: Option<String>,
 }
 
 /// The custom metadata a holder writes.
@@ -34,6 +37,9 @@ pub struct LockObject {
 pub struct Metadata {
     pub identity: String,
     pub expires_at: f64,
+    /// Unique to this write (and its retries), so that reading the object
+    /// later shows whether the write landed.
+    pub nonce: String,
 }
 
 /// A successful answer and the server's clock when it gave it (the HTTP

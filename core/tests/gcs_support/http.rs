@@ -81,6 +81,11 @@ pub fn service_account_key() -> Option<String> {
     )
 }
 
+/// The JSON API path of object `name` in the bucket `lock` uses.
+fn object_path(name: &str) -> String {
+    format!("/storage/v1/b/locks/o/{}", name.replace('/', "%2F"))
+}
+
 pub struct GcsOverHttp {
     _server: Server,
     _proxy: Server,
@@ -140,6 +145,24 @@ impl GcsOverHttp {
         let reply = self.control("GET", "/_proxy/stats", "");
         let (_, body) = reply.split_once("\r\n\r\n").expect(&reply);
         serde_json::from_str(body).unwrap()
+    }
+
+    /// Someone else's PATCH of the lock object `name`'s custom metadata
+    /// (a person or a script, no lock of ours), through the proxy.
+    pub fn patch_metadata(&self, name: &str, metadata: serde_json::Value) {
+        let body = serde_json::json!({ "metadata": metadata }).to_string();
+        let reply = self.control("PATCH", &object_path(name), &body);
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    }
+
+    /// The lock object `name` as the server has it, or None.
+    pub fn object(&self, name: &str) -> Option<serde_json::Value> {
+        let reply = self.control("GET", &object_path(name), "");
+        if reply.starts_with("HTTP/1.1 404") {
+            return None;
+        }
+        let (_, body) = reply.split_once("\r\n\r\n").expect(&reply);
+        Some(serde_json::from_str(body).unwrap())
     }
 
     fn control(&self, method: &str, path: &str, body: &str) -> String {

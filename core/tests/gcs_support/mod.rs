@@ -96,9 +96,21 @@ impl FaithfulStore {
             },
             identity: Some(identity.into()),
             expires_at: Some(self.now() + expires_in),
+            nonce: None,
         };
         state.object = Some(object.clone());
         object
+    }
+
+    /// Someone else's metadata PATCH (a person or a script editing the
+    /// object, no lock of ours): bumps the metageneration, applies
+    /// `change` to the rest.
+    pub fn patch_by_someone_else(&self, change: impl FnOnce(&mut LockObject)) -> LockObject {
+        let mut state = self.state.lock().unwrap();
+        let object = state.object.as_mut().expect("an object to patch");
+        object.version.metageneration += 1;
+        change(object);
+        object.clone()
     }
 
     pub fn remove(&self) {
@@ -193,6 +205,7 @@ impl Store for FaithfulStore {
                 },
                 identity: Some(metadata.identity),
                 expires_at: Some(metadata.expires_at),
+                nonce: Some(metadata.nonce),
             };
             state.object = Some(object.clone());
             Ok(object)
@@ -210,6 +223,7 @@ impl Store for FaithfulStore {
             object.version.metageneration += 1;
             object.identity = Some(metadata.identity);
             object.expires_at = Some(metadata.expires_at);
+            object.nonce = Some(metadata.nonce);
             Ok(object.clone())
         })
     }
