@@ -33,43 +33,8 @@ use crate::lease::{Lease, DEFAULT_CONNECT_TIMEOUT};
 use crate::limits;
 use crate::runtime;
 
-/// What ending a session (destroyed, or lost) does to its locks' values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Behavior {
-    /// The locks are freed; each one's value stays readable through
-    /// [`holder`](super::holder) until the name is granted again (kept at
-    /// most an hour).
-    #[default]
-    Release,
-    /// The locks are freed and their values deleted with them.
-    Delete,
-}
-
-impl Behavior {
-    /// The behavior's name, as [`FromStr`](std::str::FromStr) reads it:
-    /// `"release"` or `"delete"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Behavior::Release => "release",
-            Behavior::Delete => "delete",
-        }
-    }
-}
-
-impl std::str::FromStr for Behavior {
-    type Err = Error;
-
-    fn from_str(text: &str) -> Result<Behavior> {
-        match text {
-            "release" => Ok(Behavior::Release),
-            "delete" => Ok(Behavior::Delete),
-            other => Err(Error::config(format!(
-                "behavior must be \"release\" or \"delete\", got {other:?}"
-            ))),
-        }
-    }
-}
+mod behavior;
+pub use behavior::Behavior;
 
 /// A lease that locks and elections live under; see the module docs.
 ///
