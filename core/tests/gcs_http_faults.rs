@@ -74,6 +74,32 @@ fn a_slow_token_endpoint_counts_as_transient() {
     assert!(lock.release().unwrap());
 }
 
+/// A token request the network holds far longer than the request timeout
+/// (a connection gone silent) must not hold every later request with it:
+/// the next try asks again and gets a token at once, as it did before
+/// credentials were kept on a timeout (auth.rs waits 60 s first).
+#[test]
+fn a_token_request_stuck_in_a_silent_network_does_not_hold_the_acquire() {
+    let Some(gcs) = Gcs::start() else { return };
+    let lock = gcs.lock().request_timeout(MS(500)).build().unwrap();
+    gcs.inject("token", "slow:60", 1);
+    let started = Instant::now();
+    let acquired = lock
+        .acquire_interruptibly(Some(Duration::from_secs(10)), &|| false)
+        .in_time();
+    assert!(
+        matches!(acquired, Ok(true)),
+        "{acquired:?} after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(lock.release().unwrap());
+}
+
 /// A service-account key that cannot sign is a typed error at once, not
 /// an endless wait: it can never work.
 #[test]
