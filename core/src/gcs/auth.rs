@@ -74,14 +74,6 @@ fn with_scheme(host: &str) -> String {
     }
 }
 
-/// How long a token request may go unanswered before its credentials are
-/// built again. The crate sets no timeout of its own on a token request,
-/// so one sent into a silent network would otherwise hold every later
-/// request until the OS gives up on its connection (many minutes, or never
-/// on a server that accepts and stays silent). Each rebuild may leave such
-/// a request's task behind until then: one a minute at most.
-const UNANSWERED_FOR: Duration = Duration::from_secs(60);
-
 /// Hands out `Authorization` headers. The credentials are built on the
 /// first request (never while validating options), again in a forked child
 /// (their connections belong to the parent's runtime).
@@ -91,8 +83,8 @@ const UNANSWERED_FOR: Duration = Duration::from_secs(60);
 /// minutes for an hour's token). Nothing outside the crate can stop that
 /// task: it looks at whether anyone still holds the credentials only when
 /// it wakes. So credentials are dropped only when their task is about to
-/// wake anyway, or has gone [`UNANSWERED_FOR`] without an answer; see
-/// [`Auth::header`].
+/// wake anyway, or their token request is taken for lost; see
+/// [`Auth::header`] and [`Auth::unanswered`].
 pub(crate) struct Auth {
     credentials: Credentials,
     /// How long one token request may take.
@@ -149,15 +141,21 @@ impl Auth {
     }
 
     /// A token request of the current credentials went unanswered in
-    /// time: they are dropped once none has been answered for
-    /// [`UNANSWERED_FOR`].
+    /// time. A slow endpoint's answer is awaited by the next requests
+    /// (which find it cached), but one still missing at twice the request
+    /// timeout is taken for lost: the crate sets no timeout of its own, so
+    /// a request sent into a silent network would hold every later one
+    /// until the OS gives up on its connection (minutes, or never), while
+    /// credentials built anew would get a token at once. The lost request's
+    /// task may stay behind until then: at most one per two timeouts.
     fn unanswered(&self) {
         let mut slot = self.slot();
         let since = match slot.as_mut() {
             Some(provider) => *provider.unanswered_since.get_or_insert_with(Instant::now),
             None => return,
         };
-        if since.elapsed() >= UNANSWERED_FOR {
+        // `since` is the first timeout: the request was a timeout old then.
+        if since.elapsed() >= self.timeout {
             slot.take();
         }
     }
@@ -337,16 +335,15 @@ mod tests {
     fn a_token_slower_than_the_timeout_is_awaited_by_one_refresher() {
         // As the HTTP store does before any request.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // Answered after 400 ms: later than the 250 ms timeout, before twice it.
         let endpoint = SlowTokenEndpoint::start(Duration::from_millis(400));
-        let auth = Auth::new(endpoint.credentials(), Duration::from_millis(50));
+        let auth = Auth::new(endpoint.credentials(), Duration::from_millis(250));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        for _ in 0..4 {
-            let err = runtime.block_on(auth.header()).unwrap_err();
-            assert!(matches!(err, StoreError::Transient(_)), "{err:?}");
-        }
+        let err = runtime.block_on(auth.header()).unwrap_err();
+        assert!(matches!(err, StoreError::Transient(_)), "{err:?}");
         // Long enough for every request sent so far to be answered.
         runtime.block_on(async { tokio::time::sleep(Duration::from_millis(800)).await });
         assert_eq!(
