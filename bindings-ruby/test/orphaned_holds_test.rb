@@ -122,6 +122,24 @@ class OrphanedHoldsTest < Minitest::Test
     server.stop
   end
 
+  # An external enumerator of each_exclusive left inside a task's block
+  # (`tasks.next`, never resumed) holds that task's lock in a Fiber that
+  # never ends; collected, it gives the lock back like a collected Lock.
+  def test_collecting_an_abandoned_exclusive_task_does_not_wait_on_an_unreachable_server
+    server = RedisServer.new
+    name = "test-#{SecureRandom.hex(6)}"
+    session = Lockyard::Redis::Session.new(url: server.url, ttl: 5, lock_delay: 0)
+    alive = forget do
+      tasks = Lockyard::Redis.each_exclusive(url: server.url, names: [name], session: session)
+      assert_equal name, tasks.next
+      tasks
+    end
+    assert_operator seconds_to_collect_with_server_stopped(server), :<, 0.5
+    refute alive.call, "the abandoned enumerator was not collected"
+  ensure
+    server.stop
+  end
+
   def test_a_lock_held_when_the_program_exits_is_released_before_it_ends
     name = "test-#{SecureRandom.hex(6)}"
     # Ruby frees the lock at exit; its release, handed to the background,
