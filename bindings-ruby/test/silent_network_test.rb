@@ -75,6 +75,7 @@ class SilentNetworkTest < Minitest::Test
     lock = Lockyard::Redis::Lock.new(url: url, name: name, ttl: 20)
     lock.lock(timeout: 5)
     lock.unlock
+    session = Lockyard::Redis::Session.new(url: url, ttl: 20) if kase == "exclusive_timeout_block"
     $stdout.puts "ready"
     $stdout.flush
     $stdin.gets
@@ -83,6 +84,8 @@ class SilentNetworkTest < Minitest::Test
       begin
         case kase
         when "timeout_block" then Timeout.timeout(1) { lock.lock }
+        when "exclusive_timeout_block"
+          Timeout.timeout(1) { Lockyard::Redis.each_exclusive(url: url, names: [name], session: session) { nil } }
         when "lock_timeout" then lock.lock(timeout: 1)
         when "thread_raise"
           waiter = Thread.new { lock.lock rescue $! }
@@ -99,6 +102,9 @@ class SilentNetworkTest < Minitest::Test
       end
     took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
     $stdout.puts "#{outcome.class} #{took.round(2)}"
+    $stdout.flush
+    # Destroying the session at exit would wait on the silent network.
+    exit!(0) if session
   RUBY
 
   def setup
@@ -111,6 +117,14 @@ class SilentNetworkTest < Minitest::Test
 
   def test_timeout_block_ends_a_wait_on_a_silent_network_and_the_process_lives
     kind, took = run_child("timeout_block")
+    assert_equal "Timeout::Error", kind
+    assert_in_delta 1.0, took, 0.8
+  end
+
+  # each_exclusive's one try per name is interruptible like a lock's wait:
+  # Timeout.timeout ends it at once, not after the 10 s command timeout.
+  def test_timeout_block_ends_an_exclusive_try_on_a_silent_network
+    kind, took = run_child("exclusive_timeout_block")
     assert_equal "Timeout::Error", kind
     assert_in_delta 1.0, took, 0.8
   end
