@@ -92,6 +92,11 @@ class SilentNetworkTest < Minitest::Test
           sleep 1
           waiter.raise(RuntimeError, "stop waiting")
           waiter.value
+        when "trap_zero_timeout"
+          trap("USR1") { nil }
+          $stdout.puts "waiting"
+          $stdout.flush
+          lock.lock(timeout: 0)
         when "ctrl_c"
           $stdout.puts "waiting"
           $stdout.flush
@@ -150,6 +155,19 @@ class SilentNetworkTest < Minitest::Test
       Process.kill(:INT, pid)
     end
     assert_equal "Interrupt", kind
+    assert_in_delta 0.5, took, 0.8
+  end
+
+  # A signal trap resumes the wait it interrupted; a zero timeout's one
+  # attempt, once resumed, is over. Tried again, each trap (SIGCHLD,
+  # SIGWINCH...) would restart a 10 s attempt: the wait might never end.
+  def test_a_trap_ends_a_zero_timeout_lock_on_a_silent_network
+    kind, took = run_child("trap_zero_timeout") do |output, pid|
+      assert_equal "waiting\n", output.gets
+      sleep 0.5
+      Process.kill(:USR1, pid)
+    end
+    assert_equal "Lockyard::TimeoutError", kind
     assert_in_delta 0.5, took, 0.8
   end
 
