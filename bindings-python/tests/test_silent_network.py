@@ -128,6 +128,48 @@ def test_ctrl_c_ends_a_wait_on_a_silent_network_at_once(
     assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
 
 
+EXCLUSIVE_ON_SILENCE = """
+    import os
+    import sys
+    from lockyard.redis import Session, exclusive
+
+    url, name = sys.argv[1], sys.argv[2]
+    session = Session(url, ttl=20)
+    for _ in exclusive(url, [name + "-first"], session=session):
+        pass  # a pooled connection, which the silence then meets
+    print("ready", flush=True)
+    sys.stdin.readline()
+    print("trying", flush=True)
+    try:
+        for _ in exclusive(url, [name], session=session):
+            pass
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    # Destroying the session at exit would wait on the silent network.
+    os._exit(0)
+"""
+
+
+def test_ctrl_c_ends_an_exclusive_try_on_a_silent_network_at_once(
+    proxy: SilentProxy, name: str, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    child = spawn(EXCLUSIVE_ON_SILENCE, proxy.url, name)
+    assert child.stdout is not None and child.stdin is not None
+    assert child.stdout.readline() == "ready\n"
+    proxy.silence()
+    child.stdin.write("\n")
+    child.stdin.flush()
+    assert child.stdout.readline() == "trying\n"
+    time.sleep(0.5)  # blocked in the read of a try nobody answers
+
+    interrupted_at = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    line = child.stdout.readline()
+    # Like a lock's wait, not after the 10 s command timeout.
+    assert time.monotonic() - interrupted_at < 1.0
+    assert line == "interrupted\n"
+
+
 def test_a_wait_that_gives_up_on_a_slow_network_leaves_no_place_behind(
     redis: Redis, name: str
 ) -> None:
