@@ -46,10 +46,13 @@ pub(crate) fn redis_claim(
     session: &Bound<'_, RedisSession>,
 ) -> PyResult<Option<RedisClaim>> {
     let (url, name) = (text("url", url)?, text("name", name)?);
-    let claimed = session
-        .get()
-        .session
-        .call(py, |s| lockyard::redis::claim(&url, &name, s))?;
+    // A wait, though of one try: Ctrl-C must end it on a silent network.
+    // A claim won as the interpreter exits is given back by its drop.
+    let claimed = session.get().session.wait(
+        py,
+        |s, interrupted| lockyard::redis::claim(&url, &name, s, interrupted),
+        |_, claimed| drop(claimed),
+    )?;
     claimed
         .map(|claim| {
             Ok(RedisClaim {

@@ -78,11 +78,13 @@ impl Election {
     ) -> Result<bool, Error> {
         let value = convert::string("value", value).or_raise(ruby)?;
         let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
-        rb_self.core.blocking(ruby, |election, interrupted| {
-            election
-                .campaign_interruptibly(&value, deadline, interrupted)
-                .map(|()| true)
-        })
+        rb_self
+            .core
+            .until(ruby, deadline, |election, deadline, interrupted| {
+                election
+                    .campaign_interruptibly(&value, deadline, interrupted)
+                    .map(|()| true)
+            })
     }
 
     fn resign(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
@@ -136,10 +138,12 @@ impl Observer {
         timeout: Value,
     ) -> Result<Option<(Option<String>, u64)>, Error> {
         let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
-        let term = rb_self.core.blocking(ruby, |observer, interrupted| {
-            let mut observer = observer.lock().unwrap_or_else(|e| e.into_inner());
-            observer.next_change(deadline, interrupted)
-        })?;
+        let term = rb_self
+            .core
+            .until(ruby, deadline, |observer, deadline, interrupted| {
+                let mut observer = observer.lock().unwrap_or_else(|e| e.into_inner());
+                observer.next_change(deadline, interrupted)
+            })?;
         Ok(term.map(|term| (term.value, term.fencing_token)))
     }
 }

@@ -36,8 +36,8 @@ impl Claim {
                 lockyard::Error::Config("session must be a Lockyard::Redis::Session".into())
             })
             .or_raise(ruby)?;
-        let claimed = session.core.blocking(ruby, |session, _| {
-            lockyard::redis::claim(&url, &name, session)
+        let claimed = session.core.blocking(ruby, |session, interrupted| {
+            lockyard::redis::claim(&url, &name, session, interrupted)
         })?;
         thread_watch::granted(ruby, Ok(claimed.is_some()))?;
         Ok(claimed.map(|claim| Claim {
@@ -49,5 +49,14 @@ impl Claim {
     /// process's, inherited by a fork inside the block.
     fn leave(ruby: &Ruby, rb_self: &Self) -> Result<bool, Error> {
         rb_self.core.blocking(ruby, |claim, _| claim.leave())
+    }
+}
+
+impl Drop for Claim {
+    /// Run by Ruby's garbage collector, with the GVL held (an enumerator
+    /// abandoned inside a task's block): the lock is released in the
+    /// background, so a collection never waits on Redis.
+    fn drop(&mut self) {
+        self.core.freeing().release_in_background();
     }
 }

@@ -97,10 +97,12 @@ impl Lock {
     /// Lockyard::TimeoutError when the timeout runs out.
     fn acquire(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
         let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
-        let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
-            lock.acquire_interruptibly(deadline, interrupted)
-                .map(|()| true)
-        });
+        let acquired = rb_self
+            .core
+            .until(ruby, deadline, |lock, deadline, interrupted| {
+                lock.acquire_interruptibly(deadline, interrupted)
+                    .map(|()| true)
+            });
         thread_watch::granted(ruby, acquired)
     }
 

@@ -17,7 +17,7 @@
 //! native thread to the next new Thread, which would otherwise inherit its
 //! locks, and the fibers of one Thread share its native thread.
 
-use lockyard::Interrupt;
+use lockyard::{Deadline, Interrupt};
 use std::ffi::c_void;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,6 +74,26 @@ impl<T> NoGvl<T> {
                 Some(outcome) => return outcome.or_raise(ruby),
             }
         }
+    }
+}
+
+impl<T> NoGvl<T> {
+    /// [`NoGvl::blocking`] for a wait until `deadline`: `call` gets the
+    /// deadline of each run, [resumed](lockyard::Deadline::resumed) from
+    /// the second run on, so a wait that an interrupt resumed after its
+    /// deadline (a trap that keeps firing) ends at once instead of asking
+    /// the server again.
+    pub(crate) fn until<R>(
+        &self,
+        ruby: &Ruby,
+        deadline: Deadline,
+        mut call: impl FnMut(&T, Deadline, Interrupt<'_>) -> lockyard::Result<R> + Send,
+    ) -> Result<R, Error> {
+        let mut this_run = deadline;
+        self.blocking(ruby, |inner, interrupted| {
+            let run = std::mem::replace(&mut this_run, deadline.resumed());
+            call(inner, run, interrupted)
+        })
     }
 }
 

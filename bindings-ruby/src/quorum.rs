@@ -74,14 +74,16 @@ impl RwLock {
     /// (`write` true) or a read lock; false when the timeout ran out.
     fn acquire(ruby: &Ruby, rb_self: &Self, write: bool, timeout: Value) -> Result<bool, Error> {
         let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
-        let acquired = rb_self.core.blocking(ruby, |lock, interrupted| {
-            let taken = if write {
-                lock.acquire_write_interruptibly(deadline, interrupted)
-            } else {
-                lock.acquire_read_interruptibly(deadline, interrupted)
-            };
-            taken.in_time()
-        });
+        let acquired = rb_self
+            .core
+            .until(ruby, deadline, |lock, deadline, interrupted| {
+                let taken = if write {
+                    lock.acquire_write_interruptibly(deadline, interrupted)
+                } else {
+                    lock.acquire_read_interruptibly(deadline, interrupted)
+                };
+                taken.in_time()
+            });
         thread_watch::granted(ruby, acquired)
     }
 

@@ -84,11 +84,15 @@ impl WaitGroup {
         let Some(slot) = RObject::from_value(slot) else {
             return rb_self
                 .core
-                .blocking(ruby, |group, interrupted| group.add(deadline, interrupted));
+                .until(ruby, deadline, |group, deadline, interrupted| {
+                    group.add(deadline, interrupted)
+                });
         };
-        let token = rb_self.core.blocking(ruby, |group, interrupted| {
-            group.enter(deadline, interrupted)
-        })?;
+        let token = rb_self
+            .core
+            .until(ruby, deadline, |group, deadline, interrupted| {
+                group.enter(deadline, interrupted)
+            })?;
         slot.ivar_set("@token", token.as_str())?;
         Ok(token)
     }
@@ -113,9 +117,11 @@ impl WaitGroup {
     /// Waits up to `timeout` seconds (nil: forever) until no slot is held.
     fn wait_idle(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
         let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
-        rb_self.core.blocking(ruby, |group, interrupted| {
-            group.wait_interruptibly(deadline, interrupted).in_time()
-        })
+        rb_self
+            .core
+            .until(ruby, deadline, |group, deadline, interrupted| {
+                group.wait_interruptibly(deadline, interrupted).in_time()
+            })
     }
 
     fn count(ruby: &Ruby, rb_self: &Self) -> Result<u32, Error> {

@@ -24,12 +24,15 @@ pub const NEVER: Interrupt<'static> = &|| false;
 /// deferred `Thread#raise`) keeps its deadline instead of starting over.
 ///
 /// A zero timeout means one attempt, never cut short by the deadline; the
-/// attempt is made even by a deadline that has passed, so a resumed wait
-/// always asks the server once more before it times out.
+/// first run of a wait makes its attempt even once its deadline passed. A
+/// run [resumed](Deadline::resumed) after the deadline does not: it ends at
+/// once, so an interrupt that keeps coming back (a signal trap) cannot make
+/// a wait ask again and again on a network that does not answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deadline {
     timeout: Option<Duration>,
     at: Option<Instant>,
+    resumed: bool,
 }
 
 impl Deadline {
@@ -38,7 +41,24 @@ impl Deadline {
         Deadline {
             timeout,
             at: limits::deadline(Instant::now(), timeout),
+            resumed: false,
         }
+    }
+
+    /// The same deadline, for the wait run again after an interrupt that
+    /// did not end it (a Ruby signal trap, a deferred `Thread#raise`): once
+    /// it has passed, the wait answers [`Error::Timeout`] without asking
+    /// the server again.
+    pub fn resumed(self) -> Self {
+        Deadline {
+            resumed: true,
+            ..self
+        }
+    }
+
+    /// A resumed wait whose deadline passed: over before it asks anything.
+    pub(crate) fn spent(&self) -> bool {
+        self.resumed && self.left() == Some(Duration::ZERO)
     }
 
     /// No deadline: the wait ends only when granted, interrupted or failed.
@@ -136,6 +156,16 @@ mod tests {
         assert!(Deadline::after(Some(Duration::ZERO)).is_one_attempt());
         assert!(!Deadline::after(Some(Duration::from_millis(1))).is_one_attempt());
         assert!(!Deadline::never().is_one_attempt());
+    }
+
+    #[test]
+    fn only_a_resumed_wait_past_its_deadline_is_spent() {
+        let once = Deadline::after(Some(Duration::ZERO));
+        assert!(!once.spent(), "the first run makes its one attempt");
+        assert!(once.resumed().spent());
+        let later = Deadline::after(Some(Duration::from_secs(60)));
+        assert!(!later.resumed().spent(), "time is left");
+        assert!(!Deadline::never().resumed().spent());
     }
 
     #[test]

@@ -189,17 +189,20 @@ fn a_claim_is_one_step_of_exclusive_and_leave_ends_it() {
     let url = server.url();
     let other = session(&server, 5000, Behavior::Release, 0);
     let mine = session(&server, 5000, Behavior::Release, 0);
-    let won = claim(&url, "task", &mine)
+    let won = claim(&url, "task", &mine, &|| false)
         .unwrap()
         .expect("a free name is won");
-    assert!(claim(&url, "task", &other).unwrap().is_none(), "taken");
+    assert!(
+        claim(&url, "task", &other, &|| false).unwrap().is_none(),
+        "taken"
+    );
     // Another thread is not the winner: it cannot end the claim's block.
     std::thread::scope(|s| {
         let left = s.spawn(|| won.leave()).join().unwrap();
         assert!(matches!(left, Err(Error::NotLocked(_))), "{left:?}");
     });
     assert!(won.leave().unwrap());
-    let next = claim(&url, "task", &other).unwrap();
+    let next = claim(&url, "task", &other, &|| false).unwrap();
     assert!(next.is_some(), "free again once the winner's block ended");
 }
 

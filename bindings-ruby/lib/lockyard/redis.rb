@@ -252,10 +252,18 @@ module Lockyard
       return enum_for(:each_exclusive, url: url, names: names, session: session) unless block_given?
 
       names.each do |name|
-        claim = Claim.take(url, name, session)
-        next unless claim
-
-        Lockyard.give_back_after(-> { claim.leave }) { yield name }
+        # Interrupts (Thread#raise, Timeout) are let in only while trying
+        # and inside the block, as in +synchronize+, so none lands between
+        # the claim being won and the ensure that gives it back.
+        Thread.handle_interrupt(Exception => :never) do
+          claim = nil
+          Lockyard.give_back_after(-> { claim&.leave }) do
+            Thread.handle_interrupt(Exception => :immediate) do
+              claim = Claim.take(url, name, session)
+              yield name if claim
+            end
+          end
+        end
       end
       nil
     end

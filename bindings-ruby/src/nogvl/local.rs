@@ -54,6 +54,10 @@ local!(redis::Lock {
     fn default_timeout() -> Option<Duration>;
 });
 
+local!(redis::Claim {
+    fn release_in_background() -> ();
+});
+
 local!(redis::Session {
     fn destroy_in_background() -> ();
     fn healthy() -> bool;

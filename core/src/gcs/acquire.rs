@@ -54,7 +54,10 @@ impl Engine {
         interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
         let started = Instant::now();
-        let give_up_at = deadline.check()?.at();
+        if deadline.check()?.spent() {
+            return Ok(None);
+        }
+        let give_up_at = deadline.at();
         let mut attempt = Attempt {
             writer: Writer::new(identity),
             retry_until: give_up_at.map(|at| at.max(started + SHORTEST_RETRY)),

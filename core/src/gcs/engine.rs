@@ -107,14 +107,20 @@ impl Engine {
         ));
         let mut version = hold.stop();
         let mut delete_may_have_landed = false;
-        // Twice at most: a refresh whose reply was lost may have moved the
-        // metageneration once.
-        for _ in 0..2 {
+        // Each revision of our generation that we wrote is provably ours,
+        // and a write of ours that timed out may still land after a read:
+        // the delete follows them until the lease deadline (`until` ends
+        // the calls), not a fixed number of times.
+        loop {
             let answer =
                 requests.call("delete", || self.store.delete(version), until, interrupted)?;
             delete_may_have_landed |= answer.retried;
-            if requests.answered("delete", answer)?.is_ok() {
-                return Ok(true);
+            match requests.answered("delete", answer)? {
+                Ok(_) => return Ok(true),
+                Err(StoreError::PreconditionFailed | StoreError::NotFound) => {}
+                // Refused for good (no permission, an object hold): the
+                // object stays, and that is an error, not a lost lock.
+                Err(refusal) => return Err(requests.failed("delete", refusal)),
             }
             match self.read(until, interrupted)? {
                 Some(object)
@@ -134,8 +140,10 @@ impl Engine {
                 // had the lock before it: that was our release.
                 _ => return Ok(delete_may_have_landed && was_healthy),
             }
+            if until.is_some_and(|until| Instant::now() >= until) {
+                return Ok(false);
+            }
         }
-        Ok(false)
     }
 
     /// The object as a read shows it; None if it is gone (or the read was

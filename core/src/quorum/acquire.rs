@@ -75,7 +75,10 @@ impl Quorum {
         deadline: Deadline,
         interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
-        let give_up_at = deadline.check()?.at();
+        if deadline.check()?.spent() {
+            return Ok(None);
+        }
+        let give_up_at = deadline.at();
         let (mut attempt, mut adopted) = (0u32, false);
         loop {
             let mut pause = backoff(attempt, BACKOFF_MAX);

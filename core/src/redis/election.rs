@@ -246,7 +246,11 @@ impl Observer {
         deadline: impl Into<Deadline>,
         interrupted: Interrupt<'_>,
     ) -> Result<Option<Term>> {
-        let give_up_at = deadline.into().check()?.at();
+        let deadline = deadline.into();
+        if deadline.check()?.spent() {
+            return Ok(None);
+        }
+        let give_up_at = deadline.at();
         let caller = Caller::new(give_up_at, interrupted);
         loop {
             if let Some(term) = self.pending.pop_front() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::lock::Lock;
 use super::session::Session;
 use crate::error::Result;
-use crate::wait::{InTime, NEVER};
+use crate::wait::{InTime, Interrupt, NEVER};
 
 /// Tries each name's lock once under `session` and yields only the ones
 /// won. A [`Claim`] holds its lock until dropped, so in a `for` loop each
@@ -53,21 +53,28 @@ where
     fn next(&mut self) -> Option<Result<Claim>> {
         self.names
             .by_ref()
-            .find_map(|name| claim(&self.url, name.as_ref(), self.session).transpose())
+            .find_map(|name| claim(&self.url, name.as_ref(), self.session, NEVER).transpose())
     }
 }
 
 /// One step of [`exclusive`], for a binding that walks the names itself:
 /// tries `name`'s lock once under `session`, for the calling thread. A
-/// [`Claim`] if won; Ok(None) if another worker holds it.
+/// [`Claim`] if won; Ok(None) if another worker holds it. `interrupted`
+/// ends a try that goes unanswered (see `Lock::acquire_interruptibly`).
 ///
 /// # Errors
 /// [`crate::Error::Backend`] if Redis cannot be reached,
-/// [`crate::Error::LockUnhealthy`] if the session is lost.
-pub fn claim(url: &str, name: &str, session: &Session) -> Result<Option<Claim>> {
+/// [`crate::Error::LockUnhealthy`] if the session is lost,
+/// [`crate::Error::Interrupted`] once `interrupted` answers true.
+pub fn claim(
+    url: &str,
+    name: &str,
+    session: &Session,
+    interrupted: Interrupt<'_>,
+) -> Result<Option<Claim>> {
     let lock = Lock::builder(url, name).session(session).build()?;
     let won = lock
-        .acquire_interruptibly(Duration::ZERO, NEVER)
+        .acquire_interruptibly(Duration::ZERO, interrupted)
         .in_time()?;
     Ok(won.then(|| Claim {
         name: name.to_owned(),
@@ -102,6 +109,13 @@ impl Claim {
     /// [`crate::Error::NotLocked`] on another thread than the winner's.
     pub fn leave(&self) -> Result<bool> {
         self.lock.leave()
+    }
+
+    /// Releases the claim's lock in the background and returns at once: for
+    /// a claim dropped where waiting on Redis is not allowed (a garbage
+    /// collector's finalizer). The drop then finds nothing left to release.
+    pub fn release_in_background(&self) {
+        self.lock.release_all_in_background();
     }
 
     /// The session's health, which is the claim's.

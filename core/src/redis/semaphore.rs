@@ -112,7 +112,9 @@ impl Semaphore {
             Some(binding) => binding.meta(value)?,
             None => String::new(),
         };
-        deadline.check()?;
+        if deadline.check()?.spent() {
+            return Ok(None);
+        }
         if deadline.is_one_attempt() {
             // One attempt, which no deadline cuts short.
             let caller = Caller::new(None, interrupted);

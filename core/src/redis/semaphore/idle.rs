@@ -17,7 +17,10 @@ impl Semaphore {
     /// Woken by the release of the last slot; re-checks every 500 ms for
     /// holders whose lease ran out. Ok(false) when the deadline passed.
     pub(crate) fn wait_idle(&self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<bool> {
-        let caller = Caller::new(deadline.check()?.at(), interrupted);
+        if deadline.check()?.spent() {
+            return Ok(false);
+        }
+        let caller = Caller::new(deadline.at(), interrupted);
         let watcher = format!("watch-{}", random_hex(12));
         let waited = match self.watch_until_idle(&caller, &watcher) {
             // The deadline came while a request was unanswered.
