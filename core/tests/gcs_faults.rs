@@ -395,3 +395,73 @@ fn someone_elses_change_after_our_lost_refresh_reply_is_not_taken_for_ours() {
     assert!(!lock.release().unwrap());
     assert_eq!(store.object(), Some(changed));
 }
+
+/// Review: a release that meets two writes of its own hold. A refresh
+/// lands with its reply lost (metageneration 2); the next one meets a 412,
+/// reads its own revision 2 and PATCHes it, and that request times out
+/// while still on its way (the faithful store cannot keep a request in
+/// flight, so it fails at once and is made to land later). The release's
+/// delete meets a 412 and reads revision 2; the late PATCH then lands
+/// (revision 3, our nonce), the second delete meets a 412 too, and the
+/// read shows revision 3: ours, by our nonce. Every revision the reads
+/// showed was ours, yet the release gives up after two tries, answers
+/// false ("no longer ours") and leaves our object, refreshed by nobody,
+/// blocking everyone until it goes stale.
+#[test]
+fn a_release_that_meets_two_late_writes_of_its_own_still_deletes_its_object() {
+    let store = FaithfulStore::new();
+    let lock = builder(&store)
+        .ttl(Duration::from_secs(10))
+        .refresh_interval(MS(100))
+        .build()
+        .unwrap();
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
+    store.inject(Op::Update, Fault::LoseReply, 1);
+    // The next refresh: its 412 (no fault), then the PATCH that will land late.
+    store.inject(Op::Update, Fault::Pass, 1);
+    store.inject(Op::Update, Fault::Reset, 1);
+    store.inject(Op::Update, Fault::Unavailable, 1000);
+    // The refresh's own read, then the release's.
+    store.inject(Op::Get, Fault::Pass, 1);
+    store.inject(Op::Get, Fault::ThenTheHoldersLateWriteLands, 1);
+    while store.updates.load(Ordering::SeqCst) < 3 {
+        thread::sleep(MS(5));
+    }
+    assert_eq!(store.object().unwrap().version.metageneration, 2);
+    let released = lock.release().unwrap();
+    let left = store.object();
+    assert!(
+        released && left.is_none(),
+        "release answered {released} and left our own object {left:?}"
+    );
+}
+
+/// Review: a delete the server refuses for good (HTTP 403: a principal
+/// without `storage.objects.delete`, an object under a hold) leaves the
+/// object, unchanged and ours. The read after it shows our own revision,
+/// which the release takes for "changed by someone else" and answers
+/// false, as if the lock had been lost; the refusal is never reported.
+#[test]
+fn a_delete_refused_for_good_is_a_backend_error_not_a_lost_lock() {
+    let store = FaithfulStore::new();
+    let lock = builder(&store)
+        .ttl(Duration::from_secs(10))
+        .refresh_interval(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
+    let ours = store.object().unwrap();
+    store.inject(Op::Delete, Fault::Refused, 1);
+    let released = lock.release();
+    assert_eq!(store.object(), Some(ours), "the refused delete left it");
+    assert!(
+        matches!(&released, Err(Error::Backend { message, .. }) if message.contains("403")),
+        "{released:?}"
+    );
+}

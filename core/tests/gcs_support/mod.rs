@@ -37,6 +37,14 @@ pub enum Fault {
     LateReply(Duration),
     /// No fault: lets a later fault in the queue hit a later request.
     Pass,
+    /// Refused for good (HTTP 403, as for a principal without
+    /// `storage.objects.delete` or an object under a hold): not applied.
+    Refused,
+    /// Answered; right after, a PATCH the holder sent earlier, whose
+    /// request timed out while it was still on its way, arrives and lands:
+    /// the metageneration moves on, with the nonce that holder's write of
+    /// it carries.
+    ThenTheHoldersLateWriteLands,
 }
 
 #[derive(Default)]
@@ -157,11 +165,21 @@ impl FaithfulStore {
                 Some(Fault::Reset) => {
                     return Err(StoreError::Transient("connection reset by peer".into()))
                 }
+                Some(Fault::Refused) => {
+                    return Err(StoreError::Permanent("HTTP 403 Forbidden".into()))
+                }
                 Some(Fault::Slow(wait)) => tokio::time::sleep(*wait).await,
                 _ => {}
             }
             let now = self.now();
-            let value = apply(&mut self.state.lock().unwrap(), now)?;
+            let value = {
+                let mut state = self.state.lock().unwrap();
+                let value = apply(&mut state, now)?;
+                if let Some(Fault::ThenTheHoldersLateWriteLands) = fault {
+                    the_holders_next_write_lands(&mut state, now);
+                }
+                value
+            };
             match fault {
                 Some(Fault::LoseReply) => {
                     return Err(StoreError::Transient(
@@ -177,6 +195,17 @@ impl FaithfulStore {
             })
         })
     }
+}
+
+/// A write of the holder of the object's current revision, as lockyard
+/// makes it: the same token, naming the metageneration the write creates.
+fn the_holders_next_write_lands(state: &mut State, now: f64) {
+    let object = state.object.as_mut().expect("an object to write over");
+    let nonce = object.nonce.as_deref().expect("a revision with a nonce");
+    let (token, _) = nonce.rsplit_once('.').expect("token.metageneration");
+    object.version.metageneration += 1;
+    object.nonce = Some(format!("{token}.{}", object.version.metageneration));
+    object.expires_at = Some(now + 1.5);
 }
 
 fn matches(object: &Option<LockObject>, expected: Version) -> Result<(), StoreError> {
