@@ -207,3 +207,48 @@ fn over_http_a_refresh_that_timed_out_after_landing_is_not_a_loss() {
     assert!(lock.release().unwrap());
     assert!(gcs.http.object("http-faults").is_none());
 }
+
+/// Review, on the wire: a release that meets two writes of its own hold.
+/// A refresh lands without its reply (metageneration 2); the next one
+/// meets a 412, reads its own revision 2 and PATCHes it, and the proxy
+/// holds that PATCH past the request timeout, then passes it on: it lands
+/// while the release is under way (metageneration 3, our nonce). The
+/// release's first delete meets a 412 and reads revision 2, its second
+/// (held until the late PATCH landed) meets a 412 and reads revision 3,
+/// and there it stops: it answers false and leaves our own object,
+/// refreshed by nobody, until it goes stale.
+#[test]
+fn over_http_a_release_that_meets_a_late_write_of_its_own_still_deletes_its_object() {
+    let Some(gcs) = Gcs::start() else { return };
+    let lock = gcs
+        .lock()
+        .request_timeout(Duration::from_secs(2))
+        .refresh_interval(MS(300))
+        .build()
+        .unwrap();
+    assert!(lock
+        .acquire_interruptibly(None, &|| false)
+        .in_time()
+        .unwrap());
+    gcs.inject("update", "lose_reply", 1);
+    // The next refresh: its 412 passes, its PATCH of revision 2 is held
+    // past the timeout; every refresh after it gets a 503.
+    gcs.inject("update", "slow:0", 1);
+    gcs.inject("update", "slow:2.5", 1);
+    gcs.inject("update", "503", 1000);
+    // The release's second delete reaches the server after the late PATCH.
+    gcs.inject("delete", "slow:0", 1);
+    gcs.inject("delete", "slow:1.5", 1);
+    let started = Instant::now();
+    while gcs.http.stats()["update"].as_u64().unwrap() < 3 {
+        assert!(started.elapsed() < Duration::from_secs(5), "no refreshes");
+        std::thread::sleep(MS(10));
+    }
+    // Stopping the refresher waits out the PATCH in flight until it times out.
+    let released = lock.release().unwrap();
+    let left = gcs.http.object("http-faults");
+    assert!(
+        released && left.is_none(),
+        "release answered {released} and left our own object {left:?}"
+    );
+}
