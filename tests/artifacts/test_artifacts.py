@@ -256,19 +256,29 @@ def test_the_sdist_builds_and_passes_the_binding_tests_from_a_clean_unpack(tmp_p
         archive.extractall(tmp_path)
     unpacked = tmp_path / f"lockyard-{version()}"
     assert (unpacked / "bindings-python/tests/conftest.py").is_file()
+    # The build shares CARGO_TARGET_DIR when one is set (scripts/test sets
+    # it), so the dependencies come from there; what this test proves is
+    # that the sdist's own crates compile. Cargo knows a workspace's crates
+    # by their path inside it, the same here as in the checkout, and the
+    # sdist's files carry a fixed old date (SOURCE_DATE_EPOCH's, or
+    # maturin's own): left so, they would look older than a build of the
+    # checkout's sources, and cargo would reuse that. Dated now, they are
+    # compiled, which the output must show.
+    for path in unpacked.rglob("*"):
+        os.utime(path)
     # The build needs maturin and cargo (this venv's and rustup's); the
     # result is installed and tested in a venv of its own.
     build_env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
-    run(
+    built = run(
         [
             sys.executable,
             "-m",
             "pip",
             "wheel",
-            "-q",
+            "-v",
             "--no-deps",
             "--no-build-isolation",
             "--disable-pip-version-check",
@@ -279,6 +289,11 @@ def test_the_sdist_builds_and_passes_the_binding_tests_from_a_clean_unpack(tmp_p
         build_env,
         timeout=480,
     )
+    for crate in ("core", "cli", "bindings-python"):
+        assert re.search(
+            rf"Compiling lockyard\S* v{re.escape(version())} \({re.escape(str(unpacked / crate))}\)",
+            built.stdout + built.stderr,
+        ), f"the sdist's {crate} was not compiled:\n{built.stdout}\n{built.stderr}"
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)], build_env)
     wheel = next((tmp_path / "wheels").glob("*.whl"))
