@@ -16,8 +16,8 @@ from typing_extensions import Self, final
 __all__ = [
     "GcsLock",
     "QuorumRwLock",
-    "RedisElection",
     "RedisClaim",
+    "RedisElection",
     "RedisLock",
     "RedisObserver",
     "RedisSession",
