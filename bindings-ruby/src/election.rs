@@ -51,10 +51,7 @@ impl Election {
     ) -> Result<Obj<Election>, Error> {
         let url = convert::string("url", url).or_raise(ruby)?;
         let name = convert::string("name", name).or_raise(ruby)?;
-        let session = <&Session>::try_convert(session).map_err(|_| {
-            lockyard::Error::Config("session must be a Lockyard::Redis::Session".into())
-        });
-        let session = session.or_raise(ruby)?;
+        let session = Session::given(session).or_raise(ruby)?;
         let election = session
             .core
             .nonblocking(ruby, |session| session.election(&url, &name))

@@ -3,7 +3,7 @@
 //! session. `lib/lockyard/redis.rb` only walks the names and ends each
 //! task's block.
 
-use magnus::{function, method, prelude::*, Error, RModule, Ruby, TryConvert, Value};
+use magnus::{function, method, prelude::*, Error, RModule, Ruby, Value};
 
 use crate::convert;
 use crate::errors::OrRaise;
@@ -31,11 +31,7 @@ impl Claim {
     fn take(ruby: &Ruby, url: Value, name: Value, session: Value) -> Result<Option<Claim>, Error> {
         let url = convert::string("url", url).or_raise(ruby)?;
         let name = convert::string("name", name).or_raise(ruby)?;
-        let session = <&Session>::try_convert(session)
-            .map_err(|_| {
-                lockyard::Error::Config("session must be a Lockyard::Redis::Session".into())
-            })
-            .or_raise(ruby)?;
+        let session = Session::given(session).or_raise(ruby)?;
         let claimed = session.core.blocking(ruby, |session, interrupted| {
             lockyard::redis::claim(&url, &name, session, interrupted)
         })?;

@@ -77,9 +77,7 @@ impl Lock {
                 builder = builder.value(value);
             }
             if !session.is_nil() {
-                let session = <&Session>::try_convert(session).map_err(|_| {
-                    lockyard::Error::Config("session must be a Lockyard::Redis::Session".into())
-                })?;
+                let session = Session::given(session)?;
                 builder = session
                     .core
                     .nonblocking(ruby, |session| session.bind(builder));

@@ -37,6 +37,13 @@ fn holder_value(ruby: &Ruby, url: Value, name: Value) -> Result<Option<String>, 
 }
 
 impl Session {
+    /// The `session:` keyword of a lock, an election or `each_exclusive`.
+    pub(crate) fn given(value: Value) -> lockyard::Result<&'static Session> {
+        <&Session>::try_convert(value).map_err(|_| {
+            lockyard::Error::Config("session must be a Lockyard::Redis::Session".into())
+        })
+    }
+
     /// Called by `Session.new` with its keywords; wraps as `class`.
     fn build(
         ruby: &Ruby,
