@@ -123,9 +123,20 @@ impl Health {
 /// release answered Ok(false)): whatever it protected may have been touched
 /// meanwhile by `others`. Logged here, once, for every face that gives a
 /// hold back: a binding's `release` or block end, a Rust guard's drop, a
-/// background release.
-pub(crate) fn warn_lost_before(what: &str, given_back: &str, others: &str) {
-    log::warn!("{what} had been lost before it was {given_back}: {others} may have run meanwhile");
+/// background release. Passes `released` through.
+pub(crate) fn warn_if_lost(
+    released: crate::Result<bool>,
+    what: impl FnOnce() -> String,
+    given_back: &str,
+    others: &str,
+) -> crate::Result<bool> {
+    if matches!(released, Ok(false)) {
+        let what = what();
+        log::warn!(
+            "{what} had been lost before it was {given_back}: {others} may have run meanwhile"
+        );
+    }
+    released
 }
 
 #[cfg(test)]

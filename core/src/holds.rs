@@ -162,10 +162,7 @@ impl<V: Held + Send + 'static> PerHolder<V> {
 
 impl<V> Table<V> {
     fn warn_if_lost(&self, released: Result<bool>) -> Result<bool> {
-        if matches!(released, Ok(false)) {
-            health::warn_lost_before(&self.what, "released", "another holder");
-        }
-        released
+        health::warn_if_lost(released, || self.what.clone(), "released", "another holder")
     }
 }
 

@@ -149,12 +149,12 @@ impl Election {
             .term()
             .remove(&())
             .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))?;
-        let resigned = self.semaphore.release(hold);
-        if matches!(resigned, Ok(false)) {
-            let what = format!("leadership of {}", self.semaphore.what());
-            health::warn_lost_before(&what, "resigned", "another leader");
-        }
-        resigned
+        health::warn_if_lost(
+            self.semaphore.release(hold),
+            || format!("leadership of {}", self.semaphore.what()),
+            "resigned",
+            "another leader",
+        )
     }
 
     /// The current leader's value, None when nobody leads. Asks Redis.

@@ -198,12 +198,12 @@ impl WaitGroup {
 
     /// Frees a slot this process holds, warning if it had been lost.
     fn free(&self, held: Held) -> Result<bool> {
-        let freed = self.semaphore.release(held.hold);
-        if matches!(freed, Ok(false)) {
-            let what = format!("a slot of {}", self.semaphore.what());
-            health::warn_lost_before(&what, "freed", "more than its limit");
-        }
-        freed
+        health::warn_if_lost(
+            self.semaphore.release(held.hold),
+            || format!("a slot of {}", self.semaphore.what()),
+            "freed",
+            "more than its limit",
+        )
     }
 
     /// Takes over keeping the slot of `token` alive, typically in the
