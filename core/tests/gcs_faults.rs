@@ -404,9 +404,9 @@ fn someone_elses_change_after_our_lost_refresh_reply_is_not_taken_for_ours() {
 /// delete meets a 412 and reads revision 2; the late PATCH then lands
 /// (revision 3, our nonce), the second delete meets a 412 too, and the
 /// read shows revision 3: ours, by our nonce. Every revision the reads
-/// showed was ours, yet the release gives up after two tries, answers
-/// false ("no longer ours") and leaves our object, refreshed by nobody,
-/// blocking everyone until it goes stale.
+/// showed was ours, so the release must go on deleting: a release that
+/// gave up after two tries answered false ("no longer ours") and left our
+/// object, refreshed by nobody, blocking everyone until it went stale.
 #[test]
 fn a_release_that_meets_two_late_writes_of_its_own_still_deletes_its_object() {
     let store = FaithfulStore::new();
@@ -441,9 +441,9 @@ fn a_release_that_meets_two_late_writes_of_its_own_still_deletes_its_object() {
 
 /// Review: a delete the server refuses for good (HTTP 403: a principal
 /// without `storage.objects.delete`, an object under a hold) leaves the
-/// object, unchanged and ours. The read after it shows our own revision,
-/// which the release takes for "changed by someone else" and answers
-/// false, as if the lock had been lost; the refusal is never reported.
+/// object, unchanged and ours: that is an error to report. A release that
+/// read the object then saw our own revision, took it for "changed by
+/// someone else" and answered false, as if the lock had been lost.
 #[test]
 fn a_delete_refused_for_good_is_a_backend_error_not_a_lost_lock() {
     let store = FaithfulStore::new();

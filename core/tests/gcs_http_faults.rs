@@ -76,8 +76,8 @@ fn a_slow_token_endpoint_counts_as_transient() {
 
 /// A token request the network holds far longer than the request timeout
 /// (a connection gone silent) must not hold every later request with it:
-/// the next try asks again and gets a token at once, as it did before
-/// credentials were kept on a timeout (auth.rs waits 60 s first).
+/// the next try asks again and gets a token at once (credentials kept for
+/// a minute after a timeout held every acquire that long).
 #[test]
 fn a_token_request_stuck_in_a_silent_network_does_not_hold_the_acquire() {
     let Some(gcs) = Gcs::start() else { return };
@@ -215,8 +215,8 @@ fn over_http_a_refresh_that_timed_out_after_landing_is_not_a_loss() {
 /// while the release is under way (metageneration 3, our nonce). The
 /// release's first delete meets a 412 and reads revision 2, its second
 /// (held until the late PATCH landed) meets a 412 and reads revision 3,
-/// and there it stops: it answers false and leaves our own object,
-/// refreshed by nobody, until it goes stale.
+/// ours too, and must delete that: a release that stopped there answered
+/// false and left our own object, refreshed by nobody, until it went stale.
 #[test]
 fn over_http_a_release_that_meets_a_late_write_of_its_own_still_deletes_its_object() {
     let Some(gcs) = Gcs::start() else { return };
