@@ -27,10 +27,12 @@ impl Stamp {
     }
 
     /// How long until this point; zero once it has passed.
+    #[cfg(any(feature = "redis", feature = "gcs"))]
     pub(crate) fn left(self) -> Duration {
         self.0.saturating_sub(BOOT.now())
     }
 
+    #[cfg(any(feature = "redis", feature = "gcs"))]
     pub(crate) fn has_passed(self) -> bool {
         self.left().is_zero()
     }
@@ -51,7 +53,7 @@ impl Stamp {
         self.0.as_nanos() as u64
     }
 
-    #[cfg(any(feature = "gcs", feature = "quorum"))]
+    #[cfg(any(feature = "gcs", feature = "quorum", feature = "etcd"))]
     pub(crate) fn from_nanos(nanos: u64) -> Stamp {
         Stamp(Duration::from_nanos(nanos))
     }
@@ -127,7 +129,7 @@ pub(crate) mod testing {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "redis", feature = "gcs")))]
 mod tests {
     use super::*;
 

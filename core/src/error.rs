@@ -51,14 +51,14 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    #[cfg(any(feature = "redis", feature = "gcs"))]
+    #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
     pub(crate) fn config(message: impl Into<String>) -> Self {
         Error::Config(message.into())
     }
 
     /// A backend's answer that makes no sense, or a request it can never
     /// grant: asking again gives the same answer.
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", feature = "etcd"))]
     pub(crate) fn backend(server: &str, operation: &str, message: impl ToString) -> Self {
         Error::Backend {
             server: server.to_owned(),
@@ -71,7 +71,7 @@ impl Error {
 
     /// A failure with nothing underneath that passes on its own: no answer
     /// in time, too few nodes answering, a race with other writers.
-    #[cfg(any(feature = "redis", feature = "gcs"))]
+    #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
     pub(crate) fn backend_transient(server: &str, operation: &str, message: impl ToString) -> Self {
         Error::Backend {
             server: server.to_owned(),

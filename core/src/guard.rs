@@ -34,7 +34,7 @@ pub struct Guard<'a, L: ThreadLock> {
 }
 
 impl<'a, L: ThreadLock> Guard<'a, L> {
-    #[cfg(any(feature = "redis", feature = "gcs"))]
+    #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
     pub(crate) fn new(lock: &'a L) -> Self {
         Guard {
             lock,
@@ -83,7 +83,7 @@ impl<L: ThreadLock> Drop for Guard<'_, L> {
 }
 
 /// Implements [`ThreadLock`] by the lock's own inherent methods.
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 macro_rules! thread_lock {
     ($lock:ty) => {
         impl $crate::guard::sealed::Sealed for $lock {}
@@ -106,5 +106,5 @@ macro_rules! thread_lock {
         }
     };
 }
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub(crate) use thread_lock;

@@ -4,15 +4,15 @@
 //! by threads exclude them like separate hosts.
 
 use std::cell::Cell;
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    #[cfg(any(feature = "redis", feature = "gcs"))]
+    #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
     static THREAD: Cell<u64> = const { Cell::new(0) };
     static HOLDER: Cell<Option<u64>> = const { Cell::new(None) };
 }
@@ -58,13 +58,13 @@ pub(crate) fn binding_holder(key: u64) -> u64 {
 }
 
 /// The calling holder: the key set by [`as_holder`], else the OS thread.
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub(crate) fn holder_number() -> u64 {
     HOLDER.with(Cell::get).unwrap_or_else(thread_number)
 }
 
 /// A process-unique number for the calling thread (stable for its life).
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub(crate) fn thread_number() -> u64 {
     THREAD.with(|cell| {
         if cell.get() == 0 {
@@ -75,7 +75,7 @@ pub(crate) fn thread_number() -> u64 {
 }
 
 /// `bytes` random bytes as lowercase hex.
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).expect("the OS random source failed");
@@ -110,7 +110,7 @@ pub(crate) fn request_token(identity: &str) -> String {
 }
 
 /// Identity of the calling thread for a lock object with `prefix`.
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) fn holder_identity(prefix: &str) -> String {
     format!("{prefix}-{}/{}", std::process::id(), holder_number())
 }

@@ -7,9 +7,11 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+#[cfg(any(feature = "redis", feature = "gcs"))]
 use crate::limits;
 
 /// How long a grant lives without refresh, and how it is kept alive.
+#[cfg(any(feature = "redis", feature = "gcs"))]
 #[derive(Clone, Debug)]
 pub(crate) struct Lease {
     pub(crate) ttl: Duration,
@@ -17,6 +19,7 @@ pub(crate) struct Lease {
     pub(crate) max_refresh_fails: u32,
 }
 
+#[cfg(any(feature = "redis", feature = "gcs"))]
 impl Lease {
     /// `ttl` is from 1 ms to [`limits::MAX_PERIOD`]; `refresh_interval`
     /// defaults to ttl / (max_refresh_fails · 3), so that
@@ -77,6 +80,7 @@ impl Lease {
 /// quorum, unhealthy until a refresh lands again for GCS. Failures that
 /// prove the grant gone (taken over, deleted, no quorum left) are not
 /// counted here: they lose the hold at once.
+#[cfg(any(feature = "redis", feature = "gcs"))]
 #[derive(Clone, Debug)]
 pub(crate) struct KeepAlive {
     refresh_every: Duration,
@@ -85,6 +89,7 @@ pub(crate) struct KeepAlive {
 }
 
 /// What a failed refresh means for the hold.
+#[cfg(any(feature = "redis", feature = "gcs"))]
 #[derive(Debug, PartialEq)]
 pub(crate) enum Verdict {
     /// Fewer than `max_refresh_fails` in a row: try again.
@@ -93,6 +98,7 @@ pub(crate) enum Verdict {
     Exhausted(String),
 }
 
+#[cfg(any(feature = "redis", feature = "gcs"))]
 impl KeepAlive {
     pub(crate) fn new(lease: &Lease) -> KeepAlive {
         KeepAlive {
@@ -160,13 +166,15 @@ pub const DEFAULT_MAX_REFRESH_FAILS: u32 = 3;
 
 /// How long connecting to a Redis server may take before it counts as
 /// unreachable when `connect_timeout` is not set (and for the calls that
-/// take no options: `holder`, `inspect`, `force_release`, `Election::new`).
-#[cfg(feature = "redis")]
+/// take no options: `holder`, `inspect`, `force_release`, `Election::new`);
+/// for etcd, how long one request to a member may take.
+#[cfg(any(feature = "redis", feature = "etcd"))]
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The lease options a builder carries, with the defaults every leased
 /// primitive shares; the builder's setters fill them in (see
 /// [`lease_setters!`]) and its `build` turns them into a [`Lease`].
+#[cfg(any(feature = "redis", feature = "gcs"))]
 #[derive(Clone, Debug)]
 pub(crate) struct LeaseOptions {
     /// None: the primitive's own default (see [`LeaseOptions::lease`]);
@@ -179,6 +187,7 @@ pub(crate) struct LeaseOptions {
     pub(crate) connect_timeout: Duration,
 }
 
+#[cfg(any(feature = "redis", feature = "gcs"))]
 impl Default for LeaseOptions {
     fn default() -> Self {
         LeaseOptions {
@@ -191,6 +200,7 @@ impl Default for LeaseOptions {
     }
 }
 
+#[cfg(any(feature = "redis", feature = "gcs"))]
 impl LeaseOptions {
     /// The lease these options describe, `default_ttl` when none was set.
     pub(crate) fn lease(&self, default_ttl: Duration) -> Result<Lease> {
@@ -216,6 +226,7 @@ impl LeaseOptions {
 /// primitive). With `connect_timeout` (the Redis builders) it implements
 /// [`LeaseBuilder`] by those setters too; without it (the GCS lock
 /// connects over HTTP with a request timeout instead), only the three.
+#[cfg(any(feature = "redis", feature = "gcs"))]
 macro_rules! lease_setters {
     (
         $builder:ident;
@@ -269,6 +280,7 @@ macro_rules! lease_setters {
         )?
     };
 }
+#[cfg(any(feature = "redis", feature = "gcs"))]
 pub(crate) use lease_setters;
 
 /// The lease setters every Redis builder has (Lock, WaitGroup, the quorum
@@ -287,7 +299,7 @@ pub trait LeaseBuilder: Sized {
 }
 
 /// Checks a user-given duration in seconds (bindings take floats).
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "etcd"))]
 pub fn seconds(what: &str, value: f64) -> Result<Duration> {
     if !value.is_finite() || value < 0.0 {
         return Err(Error::config(format!(
@@ -297,7 +309,7 @@ pub fn seconds(what: &str, value: f64) -> Result<Duration> {
     Duration::try_from_secs_f64(value).map_err(|e| Error::config(format!("{what}: {e}")))
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "redis", feature = "gcs")))]
 mod tests {
     use super::*;
 

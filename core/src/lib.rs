@@ -38,6 +38,7 @@
 //! | `redis`  | `lockyard::redis`  | `Lock`, `WaitGroup`, `Session`, `Election`, `exclusive`   |
 //! | `gcs`    | `lockyard::gcs`    | `Lock` on Google Cloud Storage (brings reqwest, google-cloud-auth) |
 //! | `quorum` | `lockyard::quorum` | `RwLock` over N Redis servers; implies `redis`            |
+//! | `etcd`   | `lockyard::etcd`   | `Lock` on etcd v3, a consensus store (brings reqwest)     |
 //!
 //! A Redis-only build, with no HTTP stack:
 //!
@@ -49,32 +50,34 @@
 
 mod clock;
 pub mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "gcs")]
 pub mod gcs;
 pub mod guard;
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 mod health;
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 mod holds;
 mod identity;
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub mod lease;
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub mod limits;
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub mod owners;
 #[cfg(feature = "quorum")]
 pub mod quorum;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 mod runtime;
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub mod wait;
 
 pub use error::{Error, Result};
 pub use identity::{as_holder, note_process_start};
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub use limits::{MAX_PERIOD, MAX_WAIT};
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub use wait::{Deadline, Interrupt};

@@ -129,6 +129,49 @@ pub(crate) fn alive_tasks() -> usize {
     handle().metrics().num_alive_tasks()
 }
 
+/// How a wait run by [`block_on_interruptibly`] ended.
+#[cfg(feature = "etcd")]
+pub(crate) enum Ended<T> {
+    Done(T),
+    TimedOut,
+    Interrupted,
+}
+
+/// Runs `future` on the calling thread until it completes, `until` passes
+/// or `interrupted` answers true, asking it between slices of at most
+/// 50 ms. A future given up is dropped there: it must leave its cleanup to
+/// its caller.
+#[cfg(feature = "etcd")]
+pub(crate) fn block_on_interruptibly<F>(
+    future: F,
+    until: Option<Instant>,
+    interrupted: crate::wait::Interrupt<'_>,
+) -> Ended<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    const SLICE: Duration = Duration::from_millis(50);
+    let mut future = Box::pin(future);
+    loop {
+        if interrupted() {
+            return Ended::Interrupted;
+        }
+        let slice = match until {
+            None => SLICE,
+            Some(at) => match at.saturating_duration_since(Instant::now()) {
+                left if left.is_zero() => return Ended::TimedOut,
+                left => left.min(SLICE),
+            },
+        };
+        // The timer is made inside: only the runtime's context has one.
+        let sliced = async { tokio::time::timeout(slice, future.as_mut()).await };
+        if let Ok(output) = block_on(sliced) {
+            return Ended::Done(output);
+        }
+    }
+}
+
 /// Runs `future` to completion on the calling thread, which must not be the
 /// runtime's; the runtime thread drives its I/O and timers meanwhile.
 ///
@@ -136,7 +179,7 @@ pub(crate) fn alive_tasks() -> usize {
 /// blocking API from async code) may not block its thread on a runtime:
 /// tokio panics. Its future then runs on a thread of its own, for this
 /// call only, while the caller's thread waits, as the blocking API says.
-#[cfg(feature = "gcs")]
+#[cfg(any(feature = "gcs", feature = "etcd"))]
 pub(crate) fn block_on<F>(future: F) -> F::Output
 where
     F: Future + Send,

@@ -84,7 +84,7 @@ impl Deadline {
     }
 
     /// A one-attempt wait (`timeout` zero, `try_acquire`).
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", feature = "etcd"))]
     pub(crate) fn is_one_attempt(&self) -> bool {
         self.timeout == Some(Duration::ZERO)
     }

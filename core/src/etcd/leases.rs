@@ -1,0 +1,351 @@
+//! The leases this process holds its etcd keys with: one per cluster and
+//! ttl, shared by every lock object without a session, kept alive every
+//! ttl/3 by one task however many keys it carries.
+//!
+//! The keep-alive task also checks, every interval, that each held key is
+//! still the one taken (one read-only Txn), and deletes the keys of waits
+//! given up and releases that failed: a key left behind would otherwise
+//! stay alive, and hold its place, for as long as this process keeps the
+//! lease. A lease etcd no longer knows is lost for good: its holds turn
+//! unhealthy, and the next acquire is granted a new lease.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::client::{Client, Fault};
+use super::kv;
+use crate::clock::Stamp;
+use crate::error::{Error, Result};
+use crate::health::Health;
+use crate::runtime;
+
+/// How long a key given up is looked for after its delete: a put sent
+/// before the wait was given up may still land after the delete.
+const STRAY_WATCH: Duration = Duration::from_secs(60);
+
+/// Compares per read-only Txn when checking held keys (etcd's default
+/// `--max-txn-ops` is 128).
+const CHECK_CHUNK: usize = 100;
+
+/// One process's leases of one ttl on one cluster.
+pub(crate) struct Leases {
+    client: Arc<Client>,
+    ttl_secs: i64,
+    pid: u32,
+    current: tokio::sync::Mutex<Option<Arc<Lease>>>,
+}
+
+/// One granted lease and what rides on it.
+pub(crate) struct Lease {
+    pub(crate) id: i64,
+    ttl: Duration,
+    client: Arc<Client>,
+    /// Until when the lease surely lasts (boot-clock ns): the send time of
+    /// the last keep-alive etcd acknowledged plus the ttl.
+    valid_until: AtomicU64,
+    lost: AtomicBool,
+    lost_why: Mutex<Option<String>>,
+    /// Wakes waiters when the lease is lost.
+    on_loss: Notify,
+    held: Mutex<Vec<Weak<Held>>>,
+    strays: Mutex<Vec<Stray>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A key this process holds, as the keep-alive task checks it.
+pub(crate) struct Held {
+    pub(crate) key: String,
+    pub(crate) revision: i64,
+    pub(crate) health: Health,
+}
+
+struct Stray {
+    key: String,
+    since: Instant,
+}
+
+static REGISTRY: Mutex<Vec<Weak<Leases>>> = Mutex::new(Vec::new());
+
+impl Leases {
+    /// This process's leases of `ttl_secs` on `client`'s cluster, shared
+    /// with every lock object of the same URL and ttl.
+    pub(crate) fn shared(client: &Arc<Client>, ttl_secs: i64) -> Arc<Leases> {
+        let pid = std::process::id();
+        let mut registry = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        registry.retain(|leases| leases.strong_count() > 0);
+        let found = registry.iter().filter_map(Weak::upgrade).find(|leases| {
+            leases.pid == pid
+                && leases.ttl_secs == ttl_secs
+                && leases.client.shown() == client.shown()
+        });
+        if let Some(leases) = found {
+            return leases;
+        }
+        let leases = Arc::new(Leases {
+            client: client.clone(),
+            ttl_secs,
+            pid,
+            current: tokio::sync::Mutex::new(None),
+        });
+        registry.push(Arc::downgrade(&leases));
+        leases
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The live lease, granted now if there is none (or it was lost).
+    pub(crate) async fn live(&self, until: Instant) -> Result<Arc<Lease>> {
+        let mut current = self.current.lock().await;
+        if let Some(lease) = current.as_ref().filter(|lease| !lease.is_lost()) {
+            return Ok(lease.clone());
+        }
+        let sent = Stamp::now();
+        let answer = self
+            .client
+            .call("lease/grant", &json!({"TTL": self.ttl_secs}), until)
+            .await
+            .map_err(|fault| fault.into_error(&self.client, "granting a lease"))?;
+        let id = kv::number(&answer["ID"]);
+        let granted = kv::number(&answer["TTL"]);
+        if granted != self.ttl_secs {
+            self.revoke_in_background(id);
+            return Err(Error::config(format!(
+                "etcd at {} grants leases of at least {granted} s: a ttl of {} s is too short",
+                self.client.shown(),
+                self.ttl_secs
+            )));
+        }
+        let ttl = Duration::from_secs(granted as u64);
+        let lease = Arc::new(Lease {
+            id,
+            ttl,
+            client: self.client.clone(),
+            valid_until: AtomicU64::new((sent + ttl).nanos()),
+            lost: AtomicBool::new(false),
+            lost_why: Mutex::new(None),
+            on_loss: Notify::new(),
+            held: Mutex::new(Vec::new()),
+            strays: Mutex::new(Vec::new()),
+            task: Mutex::new(None),
+        });
+        let task = runtime::spawn(Lease::keep_alive(Arc::downgrade(&lease)));
+        *lease.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        *current = Some(lease.clone());
+        Ok(lease)
+    }
+
+    fn revoke_in_background(&self, id: i64) {
+        let client = self.client.clone();
+        let until = Instant::now() + client.request_timeout();
+        drop(runtime::spawn(async move {
+            let _ = client.call("lease/revoke", &json!({"ID": id}), until).await;
+        }));
+    }
+}
+
+impl Drop for Leases {
+    /// No lock object uses these leases any more: the lease is revoked, and
+    /// with it any key still on it.
+    fn drop(&mut self) {
+        let Some(lease) = self.current.get_mut().take() else {
+            return;
+        };
+        if self.pid != std::process::id() {
+            // The parent's: its task runs on the parent's runtime.
+            std::mem::forget(lease);
+            return;
+        }
+        lease.stop();
+        if !lease.is_lost() {
+            self.revoke_in_background(lease.id);
+        }
+    }
+}
+
+impl Lease {
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Why the lease is lost, once it is.
+    pub(crate) fn loss(&self) -> Option<String> {
+        self.is_lost().then(|| {
+            self.lost_why
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .unwrap_or_default()
+        })
+    }
+
+    /// Resolves once the lease is lost.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let notified = self.on_loss.notified();
+            if self.is_lost() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Starts checking (and keeping) `key`, taken at `revision`.
+    pub(crate) fn hold(&self, key: String, revision: i64) -> Arc<Held> {
+        let held = Arc::new(Held {
+            key,
+            revision,
+            health: Health::new(Stamp::from_nanos(self.valid_until.load(Ordering::Acquire))),
+        });
+        if let Some(why) = self.loss() {
+            held.health.mark_lost(why);
+        }
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&held));
+        held
+    }
+
+    /// Deletes `key` now, in the background, and looks for it again at
+    /// every keep-alive for a while: a wait given up, a release that failed.
+    pub(crate) fn stray(self: &Arc<Self>, key: String) {
+        self.strays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Stray {
+                key: key.clone(),
+                since: Instant::now(),
+            });
+        let client = self.client.clone();
+        drop(runtime::spawn(async move {
+            let until = Instant::now() + client.request_timeout();
+            let delete = json!({"key": kv::encode(&key)});
+            let _ = client.call("kv/deleterange", &delete, until).await;
+        }));
+    }
+
+    fn stop(&self) {
+        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
+    }
+
+    fn mark_lost(&self, why: String) {
+        {
+            let mut slot = self.lost_why.lock().unwrap_or_else(|e| e.into_inner());
+            slot.get_or_insert(why.clone());
+        }
+        self.lost.store(true, Ordering::Release);
+        self.on_loss.notify_waiters();
+        for held in self.held() {
+            held.health.mark_lost(why.clone());
+        }
+    }
+
+    fn held(&self) -> Vec<Arc<Held>> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.retain(|h| h.strong_count() > 0);
+        held.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    async fn keep_alive(lease: Weak<Lease>) {
+        let mut pause = Duration::ZERO;
+        loop {
+            tokio::time::sleep(pause).await;
+            let Some(lease) = lease.upgrade() else { return };
+            pause = match lease.renew().await {
+                Ok(()) => {
+                    lease.check_held().await;
+                    lease.sweep_strays().await;
+                    lease.ttl / 3
+                }
+                Err(fault) if fault.is_lease_gone() => {
+                    lease.mark_lost(format!(
+                        "its etcd lease {:x} expired or was revoked",
+                        lease.id
+                    ));
+                    return;
+                }
+                // Try again soon: the health runs out by itself meanwhile.
+                Err(_) => lease.ttl / 10,
+            };
+            if lease.is_lost() {
+                return;
+            }
+        }
+    }
+
+    async fn renew(&self) -> Result<(), Fault> {
+        let sent = Stamp::now();
+        let answer = self
+            .client
+            .call(
+                "lease/keepalive",
+                &json!({"ID": self.id}),
+                Instant::now() + self.ttl / 3,
+            )
+            .await?;
+        let ttl = kv::number(&answer["result"]["TTL"]);
+        if ttl <= 0 {
+            return Err(Fault::Refused {
+                code: 5,
+                message: "requested lease not found".into(),
+            });
+        }
+        let until = sent + Duration::from_secs(ttl as u64);
+        self.valid_until.fetch_max(until.nanos(), Ordering::AcqRel);
+        for held in self.held() {
+            held.health.extend(until);
+        }
+        Ok(())
+    }
+
+    /// Marks lost every held key that is gone or was taken again.
+    async fn check_held(&self) {
+        let held = self.held();
+        for chunk in held.chunks(CHECK_CHUNK) {
+            let txn = json!({
+                "compare": chunk.iter().map(|h| kv::created_at(&h.key, h.revision)).collect::<Vec<_>>(),
+                "failure": chunk.iter().map(|h| kv::get(&h.key)).collect::<Vec<_>>(),
+            });
+            let until = Instant::now() + self.ttl / 3;
+            let Ok(answer) = self.client.call("kv/txn", &txn, until).await else {
+                return;
+            };
+            if answer["succeeded"].as_bool() == Some(true) {
+                continue;
+            }
+            for (index, held) in chunk.iter().enumerate() {
+                let now = kv::entries(kv::response(&answer, index));
+                if now.first().map(|entry| entry.create_revision) != Some(held.revision) {
+                    held.health
+                        .mark_lost(format!("its key {:?} was deleted from etcd", held.key));
+                }
+            }
+        }
+    }
+
+    /// Deletes strays that reappeared; forgets those looked for long enough.
+    async fn sweep_strays(&self) {
+        let keys: Vec<String> = {
+            let mut strays = self.strays.lock().unwrap_or_else(|e| e.into_inner());
+            strays.retain(|stray| stray.since.elapsed() < STRAY_WATCH);
+            strays.iter().map(|stray| stray.key.clone()).collect()
+        };
+        for chunk in keys.chunks(CHECK_CHUNK) {
+            let txn = json!({
+                "compare": chunk.iter().map(|key| kv::created_at(key, 0)).collect::<Vec<_>>(),
+                "failure": chunk.iter().map(|key| json!({"request_delete_range": {"key": kv::encode(key)}})).collect::<Vec<_>>(),
+            });
+            let until = Instant::now() + self.ttl / 3;
+            let _ = self.client.call("kv/txn", &txn, until).await;
+        }
+    }
+}

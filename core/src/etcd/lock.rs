@@ -1,0 +1,371 @@
+//! The etcd lock: the limit-1 line of [`Queue`], held per thread.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::client::Client;
+use super::leases::{Held, Lease, Leases};
+use super::queue::Queue;
+use super::target::Target;
+use crate::error::{Error, Result};
+use crate::health::Health;
+use crate::holds::PerHolder;
+use crate::identity::{holder_identity, holder_number, random_hex};
+use crate::lease::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TTL};
+use crate::limits;
+use crate::runtime::{self, Ended};
+use crate::wait::{Deadline, InTime, Interrupt, NEVER};
+
+/// A distributed mutual-exclusion lock on etcd, for locks that must hold
+/// through a failover: etcd commits each grant through Raft before it
+/// answers, so no grant is lost when a member dies.
+///
+/// Each thread is a separate holder, as with [`crate::redis::Lock`].
+/// Waiters are served in the order they asked; the fencing token is the
+/// create revision of the holder's key, strictly increasing across the
+/// cluster.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lockyard::etcd::Lock;
+///
+/// let lock = Lock::builder("etcd://127.0.0.1:2379", "deploy")
+///     .ttl(Duration::from_secs(30))
+///     .build()?;
+/// let guard = lock.acquire(Some(Duration::from_secs(10)))?;
+/// guard.check_health()?; // before each step that must not run twice
+/// println!("holding with fencing token {}", guard.fencing_token());
+/// drop(guard); // released
+/// # Ok::<(), lockyard::Error>(())
+/// ```
+pub struct Lock {
+    queue: Arc<Queue>,
+    client: Arc<Client>,
+    ttl_secs: i64,
+    /// This process's leases for the lock's ttl (found again after a fork).
+    leases: Mutex<Arc<Leases>>,
+    prefix: String,
+    default_timeout: Option<Duration>,
+    holds: PerHolder<Hold>,
+}
+
+/// One holder's grant: its key, created at `held.revision`.
+struct Hold {
+    held: Arc<Held>,
+    lease: Arc<Lease>,
+}
+
+impl crate::holds::Held for Hold {
+    fn health(&self) -> &Health {
+        &self.held.health
+    }
+}
+
+/// Options for a [`Lock`]; start with [`Lock::builder`].
+#[derive(Clone)]
+#[must_use]
+pub struct LockBuilder {
+    url: String,
+    name: String,
+    ttl: Duration,
+    timeout: Option<Duration>,
+    connect_timeout: Duration,
+    identity_prefix: Option<String>,
+}
+
+impl LockBuilder {
+    /// How long the lock outlives its holder's process (default
+    /// [`DEFAULT_TTL`](crate::lease::DEFAULT_TTL)): the ttl of the etcd
+    /// lease its key rides on, in whole seconds (rounded up).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// The wait of [`Lock::lock`] (default: forever; at most 100 years,
+    /// [`MAX_WAIT`](crate::MAX_WAIT)).
+    pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// How long one request to a member may take before the next member is
+    /// tried (default [`DEFAULT_CONNECT_TIMEOUT`](crate::lease::DEFAULT_CONNECT_TIMEOUT)).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+    /// Prefix of holder identities (default: random hex). Holders are
+    /// `<prefix>-<pid>/<thread>`; the holder's key stores its identity.
+    pub fn identity_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.identity_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Validates the options; touches no server.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an empty name, a ttl under 1 s or over 30 days,
+    /// a timeout over 100 years, or a URL that is not `etcd://` or `etcds://`
+    /// with at least one member.
+    pub fn build(self) -> Result<Lock> {
+        let target = Target::parse(&self.url)?;
+        let ttl_secs = ttl_secs(self.ttl)?;
+        limits::wait(self.timeout)?;
+        let connect_timeout = limits::positive_period("connect_timeout", self.connect_timeout)?;
+        let prefix = match self.identity_prefix {
+            Some(prefix) if prefix.is_empty() => {
+                return Err(Error::config("identity_prefix must not be empty"));
+            }
+            Some(prefix) => prefix,
+            None => random_hex(8),
+        };
+        let client = Arc::new(Client::new(target, connect_timeout));
+        let what = format!("lock {:?}", self.name);
+        let queue = Arc::new(Queue::new(client.clone(), &self.name, 1, what.clone())?);
+        let giver = queue.clone();
+        Ok(Lock {
+            holds: PerHolder::new(what, move |hold| give_back(&giver, hold)),
+            leases: Mutex::new(Leases::shared(&client, ttl_secs)),
+            queue,
+            client,
+            ttl_secs,
+            prefix,
+            default_timeout: self.timeout,
+        })
+    }
+}
+
+/// A ttl in etcd's whole seconds, rounded up.
+fn ttl_secs(ttl: Duration) -> Result<i64> {
+    limits::period("ttl", ttl)?;
+    if ttl.is_zero() {
+        return Err(Error::config("ttl must be positive"));
+    }
+    Ok(ttl.as_secs() as i64 + i64::from(ttl.subsec_nanos() > 0))
+}
+
+/// Deletes the hold's key if it is still the one taken; a delete that gets
+/// no answer is left to the lease's keep-alive task, which tries again.
+fn give_back(queue: &Queue, hold: Hold) -> Result<bool> {
+    let left = runtime::block_on(queue.leave(&hold.held.key, hold.held.revision));
+    if left.is_err() {
+        hold.lease.stray(hold.held.key.clone());
+    }
+    left
+}
+
+impl Lock {
+    /// Options for the lock `name` on the etcd cluster at `url`
+    /// (`etcd://host:2379`, several members comma-separated, `etcds://`
+    /// for TLS, `user:password@` for etcd's auth).
+    pub fn builder(url: impl Into<String>, name: impl Into<String>) -> LockBuilder {
+        LockBuilder {
+            url: url.into(),
+            name: name.into(),
+            ttl: DEFAULT_TTL,
+            timeout: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            identity_prefix: None,
+        }
+    }
+
+    /// Waits up to `timeout` (None: forever) and returns a guard that
+    /// releases the lock when dropped.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out, [`Error::AlreadyLocked`]
+    /// if this thread holds it already, [`Error::Backend`] if no member
+    /// answers, or if the waiter's own lease is lost while it waits.
+    pub fn acquire(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
+        self.acquire_interruptibly(timeout, NEVER)?;
+        Ok(LockGuard::new(self))
+    }
+
+    /// One attempt, never waits: a guard if the lock was free.
+    pub fn try_acquire(&self) -> Result<Option<LockGuard<'_>>> {
+        let acquired = self
+            .acquire_interruptibly(Duration::ZERO, NEVER)
+            .in_time()?;
+        Ok(acquired.then(|| LockGuard::new(self)))
+    }
+
+    /// Waits with the builder's `timeout`, like [`Lock::acquire`].
+    pub fn lock(&self) -> Result<LockGuard<'_>> {
+        self.acquire(self.default_timeout)
+    }
+
+    /// The builder's `timeout`.
+    pub fn default_timeout(&self) -> Option<Duration> {
+        self.default_timeout
+    }
+
+    /// Acquires for the calling thread without a guard, waiting until
+    /// `deadline`; `interrupted` is asked at least every 50 ms. A wait that
+    /// ends without the lock leaves nothing queued.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the deadline passes, [`Error::Interrupted`],
+    /// and those of [`Lock::acquire`].
+    pub fn acquire_interruptibly(
+        &self,
+        deadline: impl Into<Deadline>,
+        interrupted: Interrupt<'_>,
+    ) -> Result<()> {
+        let deadline = deadline.into();
+        self.holds.acquire(holder_number(), deadline, || {
+            self.take(deadline, interrupted)
+        })
+    }
+
+    fn take(&self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<Option<Hold>> {
+        if deadline.spent() {
+            return Ok(None);
+        }
+        // A first run whose deadline already passed still makes its attempt.
+        let one_attempt = deadline.is_one_attempt() || deadline.left() == Some(Duration::ZERO);
+        let leases = self.leases();
+        let key = self.queue.key(&random_hex(12));
+        let value = holder_identity(&self.prefix);
+        // The lease the key went on, once asked for: where a key left by a
+        // wait given up is handed for deletion.
+        let queued: Mutex<Option<Arc<Lease>>> = Mutex::new(None);
+        let taking = async {
+            if one_attempt && self.queue.is_full().await? {
+                return Ok(None);
+            }
+            let until = std::time::Instant::now() + self.client.request_timeout();
+            let lease = leases.live(until).await?;
+            *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease.clone());
+            let taken = self.queue.take(&key, &value, &lease, one_attempt).await?;
+            Ok(taken.map(|revision| (lease, revision)))
+        };
+        let until = if one_attempt { None } else { deadline.at() };
+        let ended = runtime::block_on_interruptibly(taking, until, interrupted);
+        let given_up = || {
+            if let Some(lease) = queued.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                lease.stray(key.clone());
+            }
+        };
+        match ended {
+            Ended::Done(Ok(Some((lease, revision)))) => Ok(Some(Hold {
+                held: lease.hold(key.clone(), revision),
+                lease,
+            })),
+            // One attempt that found the lock held took its key out again.
+            Ended::Done(Ok(None)) => Ok(None),
+            Ended::TimedOut => {
+                given_up();
+                Ok(None)
+            }
+            Ended::Done(Err(e)) => {
+                given_up();
+                Err(e)
+            }
+            Ended::Interrupted => {
+                given_up();
+                Err(Error::Interrupted(self.queue.what().to_owned()))
+            }
+        }
+    }
+
+    /// This process's leases: after a fork, the child's own.
+    fn leases(&self) -> Arc<Leases> {
+        let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+        if leases.pid() != std::process::id() {
+            *leases = Leases::shared(&self.client, self.ttl_secs);
+        }
+        leases.clone()
+    }
+
+    /// Releases the calling thread's hold. Ok(false) when the lock had
+    /// already been lost (its lease ran out, or its key was deleted).
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling thread does not hold it.
+    pub fn release(&self) -> Result<bool> {
+        self.holds
+            .release(holder_number(), |hold| give_back(&self.queue, hold))
+    }
+
+    /// Ends a block that acquired the lock on the calling thread: releases
+    /// like [`Lock::release`], except in a process forked inside the block,
+    /// where the hold is the parent's and this does nothing (Ok(true)).
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling thread holds nothing.
+    pub fn leave(&self) -> Result<bool> {
+        self.holds
+            .leave(holder_number(), |hold| give_back(&self.queue, hold))
+    }
+
+    /// Whether the calling thread holds the lock and its lease is surely
+    /// still live. Reads a flag and the clock; never touches etcd.
+    pub fn healthy(&self) -> bool {
+        self.holds.healthy(holder_number())
+    }
+
+    /// Ok if the calling thread holds the lock and it is healthy.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
+    pub fn check_health(&self) -> Result<()> {
+        self.holds.check_health(holder_number())
+    }
+
+    /// The fencing token of the calling thread's grant: its key's create
+    /// revision, strictly increasing across every key of the cluster.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.holds
+            .with(holder_number(), |hold| hold.held.revision as u64)
+    }
+
+    /// Asks etcd whether the calling thread holds the lock.
+    pub fn owned(&self) -> Result<bool> {
+        let key = self
+            .holds
+            .with(holder_number(), |hold| hold.held.key.clone());
+        let holders = runtime::block_on(self.queue.holders())?;
+        Ok(key.is_some_and(|key| holders.iter().any(|entry| entry.key == key)))
+    }
+
+    /// Asks etcd whether anyone holds the lock.
+    pub fn locked(&self) -> Result<bool> {
+        Ok(!runtime::block_on(self.queue.holders())?.is_empty())
+    }
+
+    /// Gives back every hold of this process in the background and returns
+    /// at once (a garbage collector's finalizer).
+    pub fn release_all_in_background(&self) {
+        self.holds.release_all_in_background();
+    }
+
+    /// The calling thread's holder identity (`<prefix>-<pid>/<thread>`).
+    pub fn identity(&self) -> String {
+        holder_identity(&self.prefix)
+    }
+}
+
+impl Drop for Lock {
+    /// A dropped lock gives back what this process still holds, rather than
+    /// leaving it to its lease.
+    fn drop(&mut self) {
+        self.holds.release_all();
+    }
+}
+
+/// Proof that the calling thread holds a [`Lock`]; releases it on drop.
+pub type LockGuard<'a> = crate::guard::Guard<'a, Lock>;
+
+crate::guard::thread_lock!(Lock);
+
+/// The identity stored by the current holder of the lock `name`, or None
+/// when nobody holds it.
+///
+/// # Errors
+/// [`Error::Config`] for a bad name or URL, [`Error::Backend`] if no member
+/// answers.
+pub fn holder(url: &str, name: &str) -> Result<Option<String>> {
+    let client = Arc::new(Client::new(Target::parse(url)?, DEFAULT_CONNECT_TIMEOUT));
+    let queue = Queue::new(client, name, 1, format!("lock {name:?}"))?;
+    let holders = runtime::block_on(queue.holders())?;
+    Ok(holders.into_iter().next().map(|entry| entry.value))
+}

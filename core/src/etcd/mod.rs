@@ -1,0 +1,21 @@
+//! Locks on etcd v3, the consensus store: for locks that must hold through
+//! a failover. etcd commits every write through Raft before it answers.
+//!
+//! - `lock.rs`: the public [`Lock`]; `queue.rs`: the waiting line of one
+//!   name (etcd's concurrency recipe, one Txn per step);
+//! - `leases.rs`: this process's leases, kept alive by one task each, which
+//!   also checks the held keys and deletes keys left behind;
+//! - `client.rs`: requests to etcd's JSON gateway, failed over across the
+//!   members; `kv.rs`: the pieces of its requests and answers;
+//!   `target.rs`: the `etcd://` URL.
+//!
+//! See `README.md` in this directory for why the gateway and not gRPC.
+
+mod client;
+mod kv;
+mod leases;
+mod lock;
+mod queue;
+mod target;
+
+pub use lock::{holder, Lock, LockBuilder, LockGuard};

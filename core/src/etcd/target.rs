@@ -1,0 +1,162 @@
+//! Where an `etcd://` URL points: its members, whether they speak TLS, and
+//! the user to authenticate as.
+//!
+//! `etcd://[user:password@]host[:port][,host[:port]...]`, `etcds://` for
+//! TLS; the port defaults to 2379. A path, a query or an empty member is a
+//! [`Error::Config`], found before anything is sent.
+
+use crate::error::{Error, Result};
+
+/// etcd's client port.
+const DEFAULT_PORT: u16 = 2379;
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Target {
+    /// Base URLs of the members, in the order given (`http://host:port`).
+    pub(crate) members: Vec<String>,
+    pub(crate) credentials: Option<Credentials>,
+    /// The URL without its password, for messages.
+    pub(crate) shown: String,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Credentials {
+    pub(crate) user: String,
+    pub(crate) password: String,
+}
+
+impl Target {
+    pub(crate) fn parse(url: &str) -> Result<Target> {
+        let bad = |why: &str| Error::config(format!("bad etcd URL {:?}: {why}", redact(url)));
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("expected etcd://host:port or etcds://host:port"))?;
+        let http = match scheme {
+            "etcd" => "http",
+            "etcds" => "https",
+            _ => return Err(bad("the scheme must be etcd:// or etcds://")),
+        };
+        let (userinfo, hosts) = match rest.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, rest),
+        };
+        let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
+        if hosts.contains(['/', '?', '#']) {
+            return Err(bad("an etcd URL has members only, no path or query"));
+        }
+        let credentials = userinfo
+            .map(|userinfo| {
+                let (user, password) = userinfo
+                    .split_once(':')
+                    .ok_or_else(|| bad("expected user:password before '@'"))?;
+                if user.is_empty() {
+                    return Err(bad("the user name is empty"));
+                }
+                Ok(Credentials {
+                    user: percent_decode(user).ok_or_else(|| bad("bad %-escape in the user"))?,
+                    password: percent_decode(password)
+                        .ok_or_else(|| bad("bad %-escape in the password"))?,
+                })
+            })
+            .transpose()?;
+        let members = hosts
+            .split(',')
+            .map(|member| {
+                member_url(http, member).ok_or_else(|| bad("no member, or a bad host:port"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Target {
+            members,
+            credentials,
+            shown: redact(url),
+        })
+    }
+}
+
+fn member_url(http: &str, member: &str) -> Option<String> {
+    let member = member.trim();
+    let (host, port) = match member.rsplit_once(':') {
+        // An IPv6 address without a port is bracketed: "[::1]".
+        Some((host, port)) if !port.ends_with(']') => (host, port.parse::<u16>().ok()?),
+        _ => (member, DEFAULT_PORT),
+    };
+    (!host.is_empty() && port != 0).then(|| format!("{http}://{host}:{port}"))
+}
+
+/// `url` with its password replaced by `***`.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            format!("{}://{user}:***{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&first, tail)) = rest.split_first() {
+        if first == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(first);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_credentials_and_tls_come_from_the_url() {
+        let target = Target::parse("etcds://ci:p%40ss@h1:2379,h2,10.0.0.3:32379/").unwrap();
+        assert_eq!(
+            target.members,
+            [
+                "https://h1:2379",
+                "https://h2:2379",
+                "https://10.0.0.3:32379"
+            ]
+        );
+        let credentials = target.credentials.unwrap();
+        assert_eq!(
+            (credentials.user.as_str(), credentials.password.as_str()),
+            ("ci", "p@ss")
+        );
+        assert_eq!(target.shown, "etcds://ci:***@h1:2379,h2,10.0.0.3:32379/");
+        assert_eq!(
+            Target::parse("etcd://[::1]").unwrap().members,
+            ["http://[::1]:2379"]
+        );
+    }
+
+    #[test]
+    fn a_bad_url_is_a_config_error_that_hides_the_password() {
+        for url in [
+            "etcd://",
+            "etcd://h1,,h2",
+            "etcd://h1:notaport",
+            "etcd://h1:0",
+            "redis://h1:2379",
+            "h1:2379",
+            "etcd://h1/prefix",
+            "etcd://h1?x=1",
+            "etcd://:secret@h1",
+            "etcd://user@h1",
+        ] {
+            let err = Target::parse(url)
+                .err()
+                .unwrap_or_else(|| panic!("{url} parsed"));
+            assert!(matches!(err, Error::Config(_)), "{url}: {err}");
+            assert!(!err.to_string().contains("secret"), "{err}");
+        }
+    }
+}

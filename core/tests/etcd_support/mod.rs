@@ -1,0 +1,227 @@
+//! A private etcd member (or cluster) per test, from Debian's etcd-server,
+//! on loopback ports below the ephemeral range, killed on drop.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A member's data dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(port: u16) -> TempDir {
+        let path =
+            std::env::temp_dir().join(format!("lockyard-etcd-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct EtcdServer {
+    child: Option<Child>,
+    pub client_port: u16,
+    peer_port: u16,
+    name: String,
+    cluster: String,
+    dir: TempDir,
+}
+
+/// A port below the ephemeral range (32768-) that is free now.
+fn low_port() -> u16 {
+    loop {
+        let mut byte = [0u8; 2];
+        getrandom_port(&mut byte);
+        let port = 20000 + u16::from_le_bytes(byte) % 10000;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn getrandom_port(bytes: &mut [u8; 2]) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let mixed = nanos ^ (std::process::id() << 7) ^ nanos.rotate_left(13);
+    bytes.copy_from_slice(&(mixed as u16).to_le_bytes());
+}
+
+impl EtcdServer {
+    /// One member on its own.
+    pub fn start() -> EtcdServer {
+        let (client_port, peer_port) = (low_port(), low_port());
+        let name = "solo".to_owned();
+        let cluster = format!("{name}=http://127.0.0.1:{peer_port}");
+        let mut server = EtcdServer {
+            child: None,
+            client_port,
+            peer_port,
+            name,
+            cluster,
+            dir: TempDir::new(peer_port),
+        };
+        server.start_again();
+        server.wait_ready();
+        server
+    }
+
+    /// Three members on loopback, forming one cluster.
+    pub fn cluster(size: usize) -> Vec<EtcdServer> {
+        let ports: Vec<(u16, u16)> = (0..size).map(|_| (low_port(), low_port())).collect();
+        let cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut members: Vec<EtcdServer> = ports
+            .into_iter()
+            .enumerate()
+            .map(|(i, (client_port, peer_port))| EtcdServer {
+                child: None,
+                client_port,
+                peer_port,
+                name: format!("m{i}"),
+                cluster: cluster.clone(),
+                dir: TempDir::new(peer_port),
+            })
+            .collect();
+        for member in &mut members {
+            member.start_again();
+        }
+        for member in &members {
+            member.wait_ready();
+        }
+        members
+    }
+
+    /// Starts (again) on the same data dir and ports.
+    pub fn start_again(&mut self) {
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new("etcd")
+            .args(["--name", &self.name])
+            .arg("--data-dir")
+            .arg(self.dir.0.join("data"))
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args([
+                "--initial-cluster",
+                &self.cluster,
+                "--initial-cluster-state",
+                "new",
+            ])
+            .args(["--initial-cluster-token", &format!("t{}", self.peer_port)])
+            // Quick elections, so failover tests take seconds.
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(["--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd (Debian's etcd-server) must be installed: scripts/setup does it");
+        self.child = Some(child);
+    }
+
+    /// Kills the member (SIGKILL); [`EtcdServer::start_again`] brings it back.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn wait_ready(&self) {
+        let started = Instant::now();
+        while !self.ctl(&["endpoint", "health"]).0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "etcd on {} did not start",
+                self.client_port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("etcd://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// Runs etcdctl against this member: (success, stdout).
+    pub fn ctl(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoint(), "--command-timeout", "2s"])
+            .args(args)
+            .output()
+            .expect("etcdctl (Debian's etcd-client) must be installed");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
+    /// Every key under `lockyard/`, sorted.
+    pub fn keys(&self) -> Vec<String> {
+        let (ok, out) = self.ctl(&["get", "--prefix", "lockyard/", "--keys-only"]);
+        assert!(ok, "etcdctl get failed");
+        let mut keys: Vec<String> = out
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// The ids of every lease etcd holds, in hex.
+    pub fn leases(&self) -> Vec<String> {
+        let (ok, out) = self.ctl(&["lease", "list"]);
+        assert!(ok, "etcdctl lease list failed");
+        out.lines()
+            .filter(|l| !l.starts_with("found"))
+            .map(|l| l.trim().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
+    /// Sends `signal` ("STOP", "CONT") to the member.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
