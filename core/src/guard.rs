@@ -5,9 +5,26 @@ use std::marker::PhantomData;
 
 use crate::error::Result;
 
-/// A lock held per thread, as `lockyard::redis::Lock` and
-/// `lockyard::gcs::Lock` are. Sealed: only lockyard's locks implement it.
+/// A lock held per thread, as `lockyard::redis::Lock`,
+/// `lockyard::gcs::Lock` and `lockyard::etcd::Lock` are. Sealed: only
+/// lockyard's locks implement it. Its methods are the locks' own inherent
+/// ones, gathered here so that a binding can wrap every such lock with one
+/// generic set of calls.
 pub trait ThreadLock: sealed::Sealed {
+    #[doc(hidden)]
+    fn acquire_interruptibly(
+        &self,
+        deadline: crate::wait::Deadline,
+        interrupted: crate::wait::Interrupt<'_>,
+    ) -> Result<()>;
+    #[doc(hidden)]
+    fn default_timeout(&self) -> Option<std::time::Duration>;
+    #[doc(hidden)]
+    fn owned(&self) -> Result<bool>;
+    #[doc(hidden)]
+    fn locked(&self) -> Result<bool>;
+    #[doc(hidden)]
+    fn identity(&self) -> String;
     #[doc(hidden)]
     fn release(&self) -> Result<bool>;
     #[doc(hidden)]
@@ -88,6 +105,25 @@ macro_rules! thread_lock {
     ($lock:ty) => {
         impl $crate::guard::sealed::Sealed for $lock {}
         impl $crate::guard::ThreadLock for $lock {
+            fn acquire_interruptibly(
+                &self,
+                deadline: $crate::wait::Deadline,
+                interrupted: $crate::wait::Interrupt<'_>,
+            ) -> $crate::Result<()> {
+                <$lock>::acquire_interruptibly(self, deadline, interrupted)
+            }
+            fn default_timeout(&self) -> Option<std::time::Duration> {
+                <$lock>::default_timeout(self)
+            }
+            fn owned(&self) -> $crate::Result<bool> {
+                <$lock>::owned(self)
+            }
+            fn locked(&self) -> $crate::Result<bool> {
+                <$lock>::locked(self)
+            }
+            fn identity(&self) -> String {
+                <$lock>::identity(self)
+            }
             fn release(&self) -> $crate::Result<bool> {
                 <$lock>::release(self)
             }

@@ -92,6 +92,12 @@ impl Client {
         }
     }
 
+    /// Where requests go, and as whom: two clients of one target and
+    /// request timeout may share leases.
+    pub(crate) fn same_as(&self, other: &Client) -> bool {
+        self.target == other.target && self.request_timeout == other.request_timeout
+    }
+
     /// The URL without its password, for messages.
     pub(crate) fn shown(&self) -> &str {
         &self.target.shown
@@ -129,12 +135,28 @@ impl Client {
         body: &Value,
         until: Instant,
     ) -> Result<Value, Fault> {
+        self.call_tracked(path, body, until)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`Client::call`], also saying whether the request was sent again
+    /// after an attempt whose fate is unknown (no answer, or a member that
+    /// failed mid-way): the answer may then be to a repeat of a write that
+    /// had already happened.
+    pub(crate) async fn call_tracked(
+        &self,
+        path: &str,
+        body: &Value,
+        until: Instant,
+    ) -> Result<(Value, bool), Fault> {
         let mut pause = FIRST_PAUSE;
         let mut renewed_token = false;
+        let mut resent = false;
         loop {
             let member = self.preferred.load(Ordering::Relaxed) % self.target.members.len();
             let failure = match self.ask(member, path, body, until).await {
-                Ok(answer) => return Ok(answer),
+                Ok(answer) => return Ok((answer, resent)),
                 Err(Fault::Refused { code, .. }) if code == UNAUTHENTICATED && !renewed_token => {
                     // The token expired (or never was): log in again, once per call.
                     renewed_token = true;
@@ -146,6 +168,7 @@ impl Client {
                 }
                 Err(Fault::Refused { message, .. }) | Err(Fault::Unanswered(message)) => message,
             };
+            resent = true;
             // The next member, from the one that failed.
             let _ = self.preferred.compare_exchange(
                 member,

@@ -24,8 +24,8 @@ use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::runtime;
 
-/// How long a key given up is looked for after its delete: a put sent
-/// before the wait was given up may still land after the delete.
+/// How long a key given up is looked for after a delete of it succeeded: a
+/// put sent before the wait was given up may still land after the delete.
 const STRAY_WATCH: Duration = Duration::from_secs(60);
 
 /// Compares per read-only Txn when checking held keys (etcd's default
@@ -66,7 +66,9 @@ pub(crate) struct Held {
 
 struct Stray {
     key: String,
-    since: Instant,
+    /// When a delete of it (or a look that found it gone) first succeeded;
+    /// None until then, however long etcd is out of reach.
+    deleted: Option<Instant>,
 }
 
 static REGISTRY: Mutex<Vec<Weak<Leases>>> = Mutex::new(Vec::new());
@@ -79,9 +81,7 @@ impl Leases {
         let mut registry = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
         registry.retain(|leases| leases.strong_count() > 0);
         let found = registry.iter().filter_map(Weak::upgrade).find(|leases| {
-            leases.pid == pid
-                && leases.ttl_secs == ttl_secs
-                && leases.client.shown() == client.shown()
+            leases.pid == pid && leases.ttl_secs == ttl_secs && leases.client.same_as(client)
         });
         if let Some(leases) = found {
             return leases;
@@ -107,13 +107,17 @@ impl Leases {
             return Ok(lease.clone());
         }
         let sent = Stamp::now();
-        let answer = self
-            .client
-            .call("lease/grant", &json!({"TTL": self.ttl_secs}), until)
-            .await
-            .map_err(|fault| fault.into_error(&self.client, "granting a lease"))?;
-        let id = kv::number(&answer["ID"]);
-        let granted = kv::number(&answer["TTL"]);
+        // The id is ours, not etcd's pick: a grant whose reply was lost,
+        // sent again, finds its own lease instead of making a second one.
+        let id = lease_id();
+        let grant = json!({"ID": id, "TTL": self.ttl_secs});
+        let granted = match self.client.call_tracked("lease/grant", &grant, until).await {
+            Ok((answer, _)) => kv::number(&answer["TTL"]),
+            Err(Fault::Refused { message, .. }) if message.contains("lease already exists") => {
+                self.ttl_secs
+            }
+            Err(fault) => return Err(fault.into_error(&self.client, "granting a lease")),
+        };
         if granted != self.ttl_secs {
             self.revoke_in_background(id);
             return Err(Error::config(format!(
@@ -148,6 +152,13 @@ impl Leases {
             let _ = client.call("lease/revoke", &json!({"ID": id}), until).await;
         }));
     }
+}
+
+/// A random positive lease id (etcd's ids are positive int64s).
+fn lease_id() -> i64 {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random source failed");
+    (i64::from_le_bytes(bytes) & i64::MAX).max(1)
 }
 
 impl Drop for Leases {
@@ -213,22 +224,33 @@ impl Lease {
         held
     }
 
-    /// Deletes `key` now, in the background, and looks for it again at
-    /// every keep-alive for a while: a wait given up, a release that failed.
+    /// Deletes `key` now, in the background, and again at every
+    /// keep-alive until a delete succeeded and [`STRAY_WATCH`] passed
+    /// since: a wait given up, a release that failed. While this process
+    /// keeps the lease alive, nothing else would ever remove the key.
     pub(crate) fn stray(self: &Arc<Self>, key: String) {
         self.strays
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Stray {
                 key: key.clone(),
-                since: Instant::now(),
+                deleted: None,
             });
-        let client = self.client.clone();
+        let lease = Arc::downgrade(self);
         drop(runtime::spawn(async move {
-            let until = Instant::now() + client.request_timeout();
-            let delete = json!({"key": kv::encode(&key)});
-            let _ = client.call("kv/deleterange", &delete, until).await;
+            if let Some(lease) = lease.upgrade() {
+                lease.sweep_strays().await;
+            }
         }));
+    }
+
+    /// The lease is gone on the server (a request on it was refused with
+    /// "lease not found"): lost for good, as the keep-alive would find.
+    pub(crate) fn gone(&self) {
+        self.mark_lost(format!(
+            "its etcd lease {:x} expired or was revoked",
+            self.id
+        ));
     }
 
     fn stop(&self) {
@@ -332,11 +354,12 @@ impl Lease {
         }
     }
 
-    /// Deletes strays that reappeared; forgets those looked for long enough.
+    /// Deletes the strays that exist; forgets those that were gone for
+    /// [`STRAY_WATCH`].
     async fn sweep_strays(&self) {
         let keys: Vec<String> = {
             let mut strays = self.strays.lock().unwrap_or_else(|e| e.into_inner());
-            strays.retain(|stray| stray.since.elapsed() < STRAY_WATCH);
+            strays.retain(|stray| stray.deleted.is_none_or(|at| at.elapsed() < STRAY_WATCH));
             strays.iter().map(|stray| stray.key.clone()).collect()
         };
         for chunk in keys.chunks(CHECK_CHUNK) {
@@ -345,7 +368,13 @@ impl Lease {
                 "failure": chunk.iter().map(|key| json!({"request_delete_range": {"key": kv::encode(key)}})).collect::<Vec<_>>(),
             });
             let until = Instant::now() + self.ttl / 3;
-            let _ = self.client.call("kv/txn", &txn, until).await;
+            if self.client.call("kv/txn", &txn, until).await.is_ok() {
+                let now = Instant::now();
+                let mut strays = self.strays.lock().unwrap_or_else(|e| e.into_inner());
+                for stray in strays.iter_mut().filter(|s| chunk.contains(&s.key)) {
+                    stray.deleted.get_or_insert(now);
+                }
+            }
         }
     }
 }

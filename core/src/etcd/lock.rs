@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::client::Client;
 use super::leases::{Held, Lease, Leases};
-use super::queue::Queue;
+use super::queue::{Queue, Taken};
 use super::target::Target;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -137,8 +137,10 @@ impl LockBuilder {
 /// A ttl in etcd's whole seconds, rounded up.
 fn ttl_secs(ttl: Duration) -> Result<i64> {
     limits::period("ttl", ttl)?;
-    if ttl.is_zero() {
-        return Err(Error::config("ttl must be positive"));
+    if ttl < Duration::from_secs(1) {
+        return Err(Error::config(format!(
+            "ttl must be at least 1 s (etcd's leases are whole seconds), got {ttl:?}"
+        )));
     }
     Ok(ttl.as_secs() as i64 + i64::from(ttl.subsec_nanos() > 0))
 }
@@ -146,7 +148,8 @@ fn ttl_secs(ttl: Duration) -> Result<i64> {
 /// Deletes the hold's key if it is still the one taken; a delete that gets
 /// no answer is left to the lease's keep-alive task, which tries again.
 fn give_back(queue: &Queue, hold: Hold) -> Result<bool> {
-    let left = runtime::block_on(queue.leave(&hold.held.key, hold.held.revision));
+    let was_live = hold.held.health.is_healthy();
+    let left = runtime::block_on(queue.leave(&hold.held.key, hold.held.revision, was_live));
     if left.is_err() {
         hold.lease.stray(hold.held.key.clone());
     }
@@ -210,7 +213,7 @@ impl Lock {
         deadline: impl Into<Deadline>,
         interrupted: Interrupt<'_>,
     ) -> Result<()> {
-        let deadline = deadline.into();
+        let deadline = deadline.into().check()?;
         self.holds.acquire(holder_number(), deadline, || {
             self.take(deadline, interrupted)
         })
@@ -232,11 +235,23 @@ impl Lock {
             if one_attempt && self.queue.is_full().await? {
                 return Ok(None);
             }
-            let until = std::time::Instant::now() + self.client.request_timeout();
-            let lease = leases.live(until).await?;
-            *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease.clone());
-            let taken = self.queue.take(&key, &value, &lease, one_attempt).await?;
-            Ok(taken.map(|revision| (lease, revision)))
+            // A lease etcd forgot (revoked, or run out while nothing was
+            // held) is found on the first put; one more try gets a new one.
+            for _ in 0..2 {
+                let until = std::time::Instant::now() + self.client.request_timeout();
+                let lease = leases.live(until).await?;
+                *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease.clone());
+                match self.queue.take(&key, &value, &lease, one_attempt).await? {
+                    Taken::Held(revision) => return Ok(Some((lease, revision))),
+                    Taken::Busy => return Ok(None),
+                    Taken::LeaseGone => continue,
+                }
+            }
+            Err(Error::backend(
+                self.client.shown(),
+                "granting a lease",
+                "etcd lost two leases in a row as soon as they were granted",
+            ))
         };
         let until = if one_attempt { None } else { deadline.at() };
         let ended = runtime::block_on_interruptibly(taking, until, interrupted);

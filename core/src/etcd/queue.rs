@@ -8,7 +8,7 @@
 //! (FIFO, no herd) and waiting writes nothing.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -24,6 +24,10 @@ use crate::error::{Error, Result};
 /// connection that died without a word cannot hold a waiter forever.
 const WATCH_RENEWAL: Duration = Duration::from_secs(30);
 
+/// Pauses while a waiter's place cannot be read, doubled up to the most.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+
 pub(crate) struct Queue {
     client: Arc<Client>,
     /// `lockyard/<escaped name>/`
@@ -31,6 +35,17 @@ pub(crate) struct Queue {
     limit: i64,
     /// "lock \"deploy\"", for messages.
     what: String,
+}
+
+/// How a [`Queue::take`] ended, short of an error.
+pub(crate) enum Taken {
+    /// Held, with this fencing token (the key's create revision).
+    Held(i64),
+    /// One attempt found the lock held, and took its key out again.
+    Busy,
+    /// etcd no longer knows the lease the key was to go on: marked lost,
+    /// for the caller to ask again with a new one.
+    LeaseGone,
 }
 
 /// Where a key stands in the line.
@@ -93,21 +108,34 @@ impl Queue {
         Ok(kv::number(&answer["count"]) >= self.limit)
     }
 
-    /// Puts `key` on `lease` and waits until it holds. Returns its create
-    /// revision, or None when `one_attempt` found the lock held (its key
-    /// deleted again). Given up (dropped) or failed at any point, it may
-    /// leave the key behind: the caller hands it to [`Lease::stray`].
+    /// Puts `key` on `lease` and waits until it holds. Given up (dropped)
+    /// or failed at any point, it may leave the key behind: the caller
+    /// hands it to [`Lease::stray`].
     pub(crate) async fn take(
         &self,
         key: &str,
         value: &str,
         lease: &Lease,
         one_attempt: bool,
-    ) -> Result<Option<i64>> {
-        let revision = self.enter(key, value, lease).await?;
+    ) -> Result<Taken> {
+        let Some(revision) = self.enter(key, value, lease).await? else {
+            return Ok(Taken::LeaseGone);
+        };
+        let mut pause = FIRST_PAUSE;
         loop {
-            match self.place(key, revision).await? {
-                Place::Holds => return Ok(Some(revision)),
+            let place = match self.place(key, revision).await {
+                // In line already: a member restarting or a leader election
+                // is waited out, up to the caller's deadline.
+                Err(e) if e.is_transient() && !one_attempt => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_PAUSE);
+                    continue;
+                }
+                place => place?,
+            };
+            pause = FIRST_PAUSE;
+            match place {
+                Place::Holds => return Ok(Taken::Held(revision)),
                 Place::Gone => {
                     return Err(Error::backend(
                         self.client.shown(),
@@ -122,57 +150,83 @@ impl Queue {
                     ))
                 }
                 Place::Behind { .. } if one_attempt => {
-                    self.leave(key, revision).await?;
-                    return Ok(None);
+                    self.leave(key, revision, true).await?;
+                    return Ok(Taken::Busy);
                 }
                 Place::Behind {
                     ahead,
                     revision: read_at,
                 } => {
-                    let wait = self.until_gone(&ahead, read_at + 1);
-                    if let Some(ended) = unless_lost(wait, lease.lost()).await {
-                        ended?;
-                        continue;
+                    if !self
+                        .wait_turn(key, revision, &ahead, read_at, lease)
+                        .await?
+                    {
+                        let why = lease.loss().unwrap_or_default();
+                        return Err(Error::backend(
+                            self.client.shown(),
+                            "waiting",
+                            format!("the waiter for {} lost its lease: {why}", self.what),
+                        ));
                     }
-                    let why = lease.loss().unwrap_or_default();
-                    return Err(Error::backend(
-                        self.client.shown(),
-                        "waiting",
-                        format!("the waiter for {} lost its lease: {why}", self.what),
-                    ));
                 }
+            }
+        }
+    }
+
+    /// Waits until `ahead` is gone (or the watch ends): true, then the
+    /// caller reads its place again; false if the lease was lost. Every
+    /// request timeout it also reads its place: a member frozen under the
+    /// watch (SIGSTOP, a partition that keeps TCP alive) sends nothing,
+    /// not even an error.
+    async fn wait_turn(
+        &self,
+        key: &str,
+        revision: i64,
+        ahead: &str,
+        read_at: i64,
+        lease: &Lease,
+    ) -> Result<bool> {
+        let mut watch = pin!(self.until_gone(ahead, read_at + 1));
+        let mut lost = pin!(lease.lost());
+        loop {
+            let tick = tokio::time::sleep(self.client.request_timeout());
+            match first_of(watch.as_mut(), lost.as_mut(), tick).await {
+                Ended::Watch(ended) => return ended.map(|()| true),
+                Ended::Lost => return Ok(false),
+                Ended::Tick => match self.place(key, revision).await {
+                    Ok(Place::Behind { ahead: still, .. }) if still == ahead => continue,
+                    // Moved up, gone or unreadable: the caller looks again.
+                    _ => return Ok(true),
+                },
             }
         }
     }
 
     /// Puts `key` unless it exists (a retry after a lost reply finds its
     /// own put): its create revision.
-    async fn enter(&self, key: &str, value: &str, lease: &Lease) -> Result<i64> {
+    async fn enter(&self, key: &str, value: &str, lease: &Lease) -> Result<Option<i64>> {
         let txn = json!({
             "compare": [kv::created_at(key, 0)],
             "success": [{"request_put": {"key": kv::encode(key), "value": kv::encode(value), "lease": lease.id}}],
             "failure": [kv::get(key)],
         });
-        let answer = self.call("kv/txn", &txn, "queueing for the lock").await;
-        let answer = match answer {
-            Err(e) if is_lease_gone(&e) => {
-                return Err(Error::backend(
-                    self.client.shown(),
-                    "queueing for the lock",
-                    format!(
-                        "the lease {:x} ran out before {} was asked for",
-                        lease.id, self.what
-                    ),
-                ))
+        let answer = match self.client.call("kv/txn", &txn, self.until()).await {
+            Err(fault) if fault.is_lease_gone() => {
+                lease.gone();
+                return Ok(None);
             }
-            other => other?,
+            answer => {
+                answer.map_err(|fault| fault.into_error(&self.client, "queueing for the lock"))?
+            }
         };
         if answer["succeeded"].as_bool() == Some(true) {
-            return Ok(kv::revision(&answer));
+            return Ok(Some(kv::revision(&answer)));
         }
-        Ok(kv::entries(kv::response(&answer, 0))
-            .first()
-            .map_or(kv::revision(&answer), |entry| entry.create_revision))
+        Ok(Some(
+            kv::entries(kv::response(&answer, 0))
+                .first()
+                .map_or(kv::revision(&answer), |entry| entry.create_revision),
+        ))
     }
 
     /// Where `key`, created at `revision`, stands: one read-only Txn.
@@ -256,14 +310,24 @@ impl Queue {
     }
 
     /// Deletes `key` if it is still the one created at `revision`: true if
-    /// it was (the hold was kept to the end).
-    pub(crate) async fn leave(&self, key: &str, revision: i64) -> Result<bool> {
+    /// it was (the hold was kept to the end). A delete sent again after a
+    /// lost reply finds the key gone, its own first attempt having deleted
+    /// it: with the lease live when the release began (`was_live`), that is
+    /// the release, not a loss.
+    pub(crate) async fn leave(&self, key: &str, revision: i64, was_live: bool) -> Result<bool> {
         let txn = json!({
             "compare": [kv::created_at(key, revision)],
             "success": [{"request_delete_range": {"key": kv::encode(key)}}],
+            "failure": [kv::get(key)],
         });
-        let answer = self.call("kv/txn", &txn, "releasing the lock").await?;
-        Ok(answer["succeeded"].as_bool() == Some(true))
+        let (answer, resent) = self
+            .client
+            .call_tracked("kv/txn", &txn, self.until())
+            .await
+            .map_err(|fault| fault.into_error(&self.client, "releasing the lock"))?;
+        let deleted = answer["succeeded"].as_bool() == Some(true);
+        let gone = kv::entries(kv::response(&answer, 0)).is_empty();
+        Ok(deleted || (resent && was_live && gone))
     }
 
     /// The oldest `limit` keys: the holders, with their values.
@@ -274,23 +338,29 @@ impl Queue {
     }
 }
 
-fn is_lease_gone(error: &Error) -> bool {
-    matches!(error, Error::Backend { message, .. } if message.contains("lease not found"))
+/// How one turn of waiting ended.
+enum Ended {
+    Watch(Result<()>),
+    Lost,
+    Tick,
 }
 
-/// What `wait` ended with, or None if `lost` resolved first.
-async fn unless_lost<T>(
-    wait: impl Future<Output = T>,
-    lost: impl Future<Output = ()>,
-) -> Option<T> {
-    let mut wait = pin!(wait);
-    let mut lost = pin!(lost);
+/// Whichever of the watch, the lease's loss and the tick ends first.
+async fn first_of(
+    mut watch: Pin<&mut impl Future<Output = Result<()>>>,
+    mut lost: Pin<&mut impl Future<Output = ()>>,
+    tick: impl Future<Output = ()>,
+) -> Ended {
+    let mut tick = pin!(tick);
     std::future::poll_fn(|cx| {
-        if let Poll::Ready(ended) = wait.as_mut().poll(cx) {
-            return Poll::Ready(Some(ended));
+        if let Poll::Ready(ended) = watch.as_mut().poll(cx) {
+            return Poll::Ready(Ended::Watch(ended));
         }
         if lost.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
+            return Poll::Ready(Ended::Lost);
+        }
+        if tick.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Ended::Tick);
         }
         Poll::Pending
     })

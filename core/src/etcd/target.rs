@@ -80,7 +80,15 @@ fn member_url(http: &str, member: &str) -> Option<String> {
         Some((host, port)) if !port.ends_with(']') => (host, port.parse::<u16>().ok()?),
         _ => (member, DEFAULT_PORT),
     };
-    (!host.is_empty() && port != 0).then(|| format!("{http}://{host}:{port}"))
+    if host.is_empty() || port == 0 {
+        return None;
+    }
+    let url = format!("{http}://{host}:{port}");
+    // What the HTTP client will parse: a bad host fails here, not later.
+    reqwest::Url::parse(&url)
+        .ok()
+        .filter(|u| u.host().is_some())?;
+    Some(url)
 }
 
 /// `url` with its password replaced by `***`.

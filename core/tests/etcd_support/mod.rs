@@ -33,6 +33,8 @@ pub struct EtcdServer {
     peer_port: u16,
     name: String,
     cluster: String,
+    /// The same for every member of one cluster.
+    token: String,
     dir: TempDir,
 }
 
@@ -69,6 +71,7 @@ impl EtcdServer {
             peer_port,
             name,
             cluster,
+            token: format!("t{peer_port}"),
             dir: TempDir::new(peer_port),
         };
         server.start_again();
@@ -85,6 +88,7 @@ impl EtcdServer {
             .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
             .collect::<Vec<_>>()
             .join(",");
+        let token = format!("t{}", ports[0].1);
         let mut members: Vec<EtcdServer> = ports
             .into_iter()
             .enumerate()
@@ -94,6 +98,7 @@ impl EtcdServer {
                 peer_port,
                 name: format!("m{i}"),
                 cluster: cluster.clone(),
+                token: token.clone(),
                 dir: TempDir::new(peer_port),
             })
             .collect();
@@ -132,7 +137,7 @@ impl EtcdServer {
                 "--initial-cluster-state",
                 "new",
             ])
-            .args(["--initial-cluster-token", &format!("t{}", self.peer_port)])
+            .args(["--initial-cluster-token", &self.token])
             // Quick elections, so failover tests take seconds.
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
             .args(["--log-level", "error"])
