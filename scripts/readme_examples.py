@@ -3,7 +3,8 @@ a private redis-server, so the README's examples are tested, not trusted.
 
 Blocks use URLs redis://127.0.0.1:<port>/<db> with ports 6379, 6380 and 6381
 (the quorum example needs separate servers); each is pointed at one of three
-private servers (same db). A block whose first line is a comment containing "not run" is
+private servers (same db). etcd://127.0.0.1:2379 is pointed at a private etcd
+member. A block whose first line is a comment containing "not run" is
 skipped. Usage: python scripts/readme_examples.py README.md
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # The private redis-server the Python tests start.
 sys.path.append(str(ROOT / "bindings-python" / "tests"))
+from etcd_server import Etcd
 from redis_server import Redis
 
 README_PORTS = (6379, 6380, 6381)
@@ -49,15 +51,19 @@ def main(path: str) -> int:
     ran = 0
     with tempfile.TemporaryDirectory(prefix="lockyard-readme-") as tmp:
         workdir = Path(tmp)
-        servers: list[Redis] = []
+        servers: list[Redis | Etcd] = []
         try:
+            (workdir / "etcd").mkdir()
+            etcd = Etcd(workdir / "etcd")
+            servers.append(etcd)
             for port in README_PORTS:
                 (workdir / str(port)).mkdir()
                 servers.append(Redis(workdir / str(port)))
             for lang, code, line in blocks:
                 if "not run" in code.splitlines()[0]:
                     continue
-                for port, server in zip(README_PORTS, servers):
+                code = code.replace("etcd://127.0.0.1:2379", etcd.url)
+                for port, server in zip(README_PORTS, servers[1:]):
                     code = code.replace(
                         f"redis://127.0.0.1:{port}/",
                         f"redis://127.0.0.1:{server.port}/",

@@ -5,6 +5,8 @@ reports the tests assert on.
 Which interpreter and which build each worker uses: tests/workers/commands.py.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import queue
@@ -25,6 +27,7 @@ sys.path.insert(0, str(HERE / "workers"))
 sys.path.append(str(HERE.parent / "bindings-python" / "tests"))
 
 from commands import worker_command
+from etcd_server import Etcd
 from redis_server import Redis
 
 
@@ -133,9 +136,9 @@ class Worker:
 
 
 class Workers:
-    """Starts workers against one Redis server and cleans up after them."""
+    """Starts workers against one server (Redis or etcd) and cleans up after them."""
 
-    def __init__(self, server: RedisServer, directory: Path):
+    def __init__(self, server: RedisServer | Etcd, directory: Path):
         self.server = server
         self.directory = directory
         self.started: list[Worker] = []
@@ -199,5 +202,20 @@ def redis_server(tmp_path: Path):
 @pytest.fixture
 def workers(redis_server: RedisServer, tmp_path: Path):
     started = Workers(redis_server, tmp_path)
+    yield started
+    started.stop_all()
+
+
+@pytest.fixture
+def etcd_server(tmp_path: Path):
+    server = Etcd(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def etcd_workers(etcd_server: Etcd, tmp_path: Path):
+    """Workers whose lock is on a private etcd member."""
+    started = Workers(etcd_server, tmp_path)
     yield started
     started.stop_all()

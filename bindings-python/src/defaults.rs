@@ -47,5 +47,9 @@ pub(crate) fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         GcsLockBuilder::DEFAULT_BACKOFF_MULTIPLIER,
     )?;
     by_class.set_item("GcsLock", gcs)?;
+    let etcd = PyDict::new(py);
+    etcd.set_item("ttl", DEFAULT_TTL.as_secs_f64())?;
+    etcd.set_item("connect_timeout", DEFAULT_CONNECT_TIMEOUT.as_secs_f64())?;
+    by_class.set_item("EtcdLock", etcd)?;
     Ok(by_class)
 }

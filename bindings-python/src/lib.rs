@@ -12,10 +12,12 @@ mod convert;
 mod defaults;
 mod election;
 mod error;
+mod etcd_lock;
 mod exclusive;
 mod gcs_lock;
 mod lock;
 mod logging;
+mod per_thread;
 mod quorum;
 mod session;
 mod unlocked;
@@ -44,6 +46,8 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.py().get_type::<quorum::QuorumRwLock>(),
     )?;
     module.add("GcsLock", module.py().get_type::<gcs_lock::GcsLock>())?;
+    module.add("EtcdLock", module.py().get_type::<etcd_lock::EtcdLock>())?;
+    module.add_function(wrap_pyfunction!(etcd_lock::etcd_holder, module)?)?;
     module.add(
         "RedisSession",
         module.py().get_type::<session::RedisSession>(),

@@ -1,14 +1,11 @@
 //! `lockyard.redis.Lock`: the core Redis lock with Python's idioms (a
 //! context manager, `acquire`/`release` like `threading.Lock`, properties).
 
-use std::time::Duration;
-
-use lockyard::wait::InTime;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
-use crate::block;
-use crate::convert::{acquire_timeout, lease_options, optional_seconds, text};
+use crate::convert::{lease_options, optional_seconds, text};
+use crate::per_thread::per_thread_lock_methods;
 use crate::session::RedisSession;
 use crate::unlocked::Unlocked;
 
@@ -28,8 +25,7 @@ pub(crate) struct RedisLock {
     name: String,
 }
 
-#[pymethods]
-impl RedisLock {
+per_thread_lock_methods!(RedisLock, "lockyard.redis.Lock", {
     /// Validates every option without touching the server: bad values raise
     /// ``lockyard.ConfigError``. ``timeout`` is the wait of ``with lock:``
     /// (None: forever). Under a ``session`` the lock has no ``ttl`` of its
@@ -76,131 +72,4 @@ impl RedisLock {
             name,
         })
     }
-
-    /// Waits with the constructor's ``timeout``; raises
-    /// ``lockyard.TimeoutError`` when it runs out.
-    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        let this = slf.get();
-        let py = slf.py();
-        let timeout = this.lock.call(py, |lock| Ok(lock.default_timeout()))?;
-        this.lock.wait(
-            py,
-            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted),
-            |lock, ()| {
-                let _ = lock.release();
-            },
-        )?;
-        Ok(slf.clone())
-    }
-
-    /// Releases however the block ends: normally, by exception, ``break``
-    /// or ``return``. Never suppresses the block's exception, nor replaces
-    /// it when releasing fails too (see ``block.rs``). In a process forked
-    /// inside the block it leaves the parent's hold alone.
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _exc_type: Option<&Bound<'_, PyAny>>,
-        exc: Option<&Bound<'_, PyAny>>,
-        _traceback: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let left = self.lock.call(py, |lock| lock.leave().map(drop));
-        block::exit(py, exc, left)
-    }
-
-    /// Waits up to ``timeout`` seconds (None: forever; 0 or
-    /// ``blocking=False``: one attempt). True if acquired, False if the
-    /// timeout ran out, like ``threading.Lock.acquire``.
-    #[pyo3(signature = (timeout=None, *, blocking=true))]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        timeout: Option<&Bound<'_, PyAny>>,
-        blocking: bool,
-    ) -> PyResult<bool> {
-        let timeout = acquire_timeout(timeout, blocking)?;
-        self.acquire_within(py, timeout)
-    }
-
-    /// One attempt that never waits: True if the lock was free.
-    fn try_acquire(&self, py: Python<'_>) -> PyResult<bool> {
-        self.acquire_within(py, Some(Duration::ZERO))
-    }
-
-    /// Releases this thread's hold (``lockyard.NotLockedError`` if it has
-    /// none). If the lock had been lost meanwhile, logs a warning on the
-    /// ``lockyard`` logger: what it protected may have been touched by
-    /// another holder.
-    fn release(&self, py: Python<'_>) -> PyResult<()> {
-        self.lock.call(py, |lock| lock.release().map(drop))
-    }
-
-    /// Whether this thread holds the lock and its lease is surely live.
-    /// Reads a flag: cheap enough for a hot loop.
-    #[getter]
-    fn healthy(&self, py: Python<'_>) -> PyResult<bool> {
-        self.lock.call(py, |lock| Ok(lock.healthy()))
-    }
-
-    /// Raises ``lockyard.LockUnhealthyError`` if this thread's hold may be
-    /// lost, ``lockyard.NotLockedError`` if it holds nothing.
-    fn check_health(&self, py: Python<'_>) -> PyResult<()> {
-        self.lock.call(py, |lock| lock.check_health())
-    }
-
-    /// This thread's grant's fencing token, strictly increasing across all
-    /// holders of this name; None when not held.
-    #[getter]
-    fn fencing_token(&self, py: Python<'_>) -> PyResult<Option<u64>> {
-        self.lock.call(py, |lock| Ok(lock.fencing_token()))
-    }
-
-    /// Asks Redis whether this thread holds the lock.
-    fn owned(&self, py: Python<'_>) -> PyResult<bool> {
-        self.lock.call(py, |lock| lock.owned())
-    }
-
-    /// Asks Redis whether anyone holds the lock.
-    fn locked(&self, py: Python<'_>) -> PyResult<bool> {
-        self.lock.call(py, |lock| lock.locked())
-    }
-
-    #[getter]
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// This thread's holder identity, as stored in Redis.
-    #[getter]
-    fn identity(&self, py: Python<'_>) -> PyResult<String> {
-        self.lock.call(py, |lock| Ok(lock.identity()))
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let (identity, fencing_token) = self
-            .lock
-            .call(py, |lock| Ok((lock.identity(), lock.fencing_token())))?;
-        let held = match fencing_token {
-            Some(token) => format!("held, fencing_token={token}"),
-            None => "not held".into(),
-        };
-        Ok(format!(
-            "<lockyard.redis.Lock name={:?} identity={identity:?} {held} by this thread>",
-            self.name
-        ))
-    }
-}
-
-impl RedisLock {
-    fn acquire_within(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
-        self.lock.wait(
-            py,
-            |lock, interrupted| lock.acquire_interruptibly(timeout, interrupted).in_time(),
-            |lock, acquired| {
-                if acquired {
-                    let _ = lock.release();
-                }
-            },
-        )
-    }
-}
+});

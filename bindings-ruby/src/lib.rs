@@ -1,5 +1,5 @@
 //! The Ruby binding of lockyard: `Lockyard::Redis::Lock`, `WaitGroup`,
-//! `Session`, `Election`, `Lockyard::Quorum::RwLock`, `Lockyard::GCS::Lock`
+//! `Session`, `Election`, `Lockyard::Quorum::RwLock`, `Lockyard::GCS::Lock`, `Lockyard::Etcd::Lock`
 //! and the error mapping. The pure-Ruby idioms (keyword arguments,
 //! `synchronize`) live in `lib/lockyard/`; this crate only converts
 //! arguments, releases the GVL around blocking calls and maps errors.
@@ -11,10 +11,12 @@ mod convert;
 mod defaults;
 mod election;
 mod errors;
+mod etcd_lock;
 mod exclusive;
 mod gcs_lock;
 mod lock;
 mod nogvl;
+mod per_thread;
 mod quorum;
 mod session;
 mod thread_watch;
@@ -36,6 +38,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     command::define(lockyard)?;
     defaults::define(lockyard)?;
     thread_watch::define(lockyard)?;
+    etcd_lock::define(ruby, lockyard.define_module("Etcd")?)?;
     let gcs = lockyard.define_module("GCS")?;
     gcs_lock::define(ruby, gcs)
 }

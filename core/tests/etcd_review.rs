@@ -34,129 +34,6 @@ fn an_acquire_after_the_lease_was_revoked_takes_a_new_lease() {
     assert!(got.is_ok(), "the lock is free, yet: {}", got.err().unwrap());
 }
 
-/// A member of a 3-member cluster started here: `EtcdServer::cluster` gives
-/// each member its own `--initial-cluster-token` (`t<peer port>`), so its
-/// members never form one cluster (it panics "did not start").
-struct Member {
-    child: std::process::Child,
-    client_port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl Member {
-    fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
-    }
-    fn signal(&self, signal: i32) {
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> u16 {
-    // Ports handed out by the kernel just now, below nothing in use.
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn cluster3() -> Vec<Member> {
-    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let initial = ports
-        .iter()
-        .enumerate()
-        .map(|(i, (_, peer))| format!("r{i}=http://127.0.0.1:{peer}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let token = format!("review-{}-{}", std::process::id(), ports[0].1);
-    let members: Vec<Member> = ports
-        .iter()
-        .enumerate()
-        .map(|(i, &(client_port, peer_port))| {
-            let dir = std::env::temp_dir().join(format!(
-                "lockyard-review-{}-{peer_port}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            let client = format!("http://127.0.0.1:{client_port}");
-            let peer = format!("http://127.0.0.1:{peer_port}");
-            let child = std::process::Command::new("etcd")
-                .args(["--name", &format!("r{i}")])
-                .arg("--data-dir")
-                .arg(&dir)
-                .args([
-                    "--listen-client-urls",
-                    &client,
-                    "--advertise-client-urls",
-                    &client,
-                ])
-                .args([
-                    "--listen-peer-urls",
-                    &peer,
-                    "--initial-advertise-peer-urls",
-                    &peer,
-                ])
-                .args([
-                    "--initial-cluster",
-                    &initial,
-                    "--initial-cluster-state",
-                    "new",
-                ])
-                .args(["--initial-cluster-token", &token])
-                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-                .args(["--log-level", "error"])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap();
-            Member {
-                child,
-                client_port,
-                dir,
-            }
-        })
-        .collect();
-    let endpoints = members
-        .iter()
-        .map(Member::endpoint)
-        .collect::<Vec<_>>()
-        .join(",");
-    let started = Instant::now();
-    loop {
-        let ok = std::process::Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args([
-                "--endpoints",
-                &endpoints,
-                "--command-timeout",
-                "2s",
-                "endpoint",
-                "health",
-            ])
-            .output()
-            .unwrap()
-            .status
-            .success();
-        if ok {
-            return members;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the cluster did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Must hold: a waiter whose watch sits on a member that stops answering
 /// (SIGSTOP: its kernel still keeps the TCP connection open, and answers
 /// TCP keep-alive probes) still sees a release committed through the other
@@ -164,7 +41,7 @@ fn cluster3() -> Vec<Member> {
 /// not only when its watch is renewed after 30 s (`WATCH_RENEWAL`).
 #[test]
 fn a_waiter_sees_a_release_while_the_member_it_watches_is_stopped() {
-    let members = cluster3();
+    let members = EtcdServer::cluster(3);
     let all = format!(
         "etcd://{},{},{}",
         members[0].endpoint(),
@@ -185,12 +62,12 @@ fn a_waiter_sees_a_release_while_the_member_it_watches_is_stopped() {
             (got.map(drop), Instant::now())
         });
         std::thread::sleep(Duration::from_millis(1500));
-        members[0].signal(libc::SIGSTOP);
+        members[0].signal("STOP");
         std::thread::sleep(Duration::from_millis(1500));
         let released_at = Instant::now();
         assert!(held.release().unwrap());
         let (got, at) = waiting.join().unwrap();
-        members[0].signal(libc::SIGCONT);
+        members[0].signal("CONT");
         got.unwrap();
         at - released_at
     });

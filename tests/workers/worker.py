@@ -5,8 +5,9 @@ CLOCK_MONOTONIC in ns, comparable between processes on one machine).
     python worker.py URL NAME --mode count --threads 3 --iterations 20 \
         --hold 0.001 --counter /tmp/counter
 
-URL is a Redis URL, or gs://BUCKET for a GCS lock on the object NAME (with
-STORAGE_EMULATOR_HOST pointing at the emulator, and quick backoff).
+URL is a Redis URL, an etcd:// URL, or gs://BUCKET for a GCS lock on the
+object NAME (with STORAGE_EMULATOR_HOST pointing at the emulator, and quick
+backoff).
 
 Modes:
   count  each thread, `iterations` times: take the lock, read the integer in
@@ -28,6 +29,7 @@ import threading
 import time
 
 import lockyard
+from lockyard.etcd import Lock as EtcdLock
 from lockyard.gcs import Lock as GcsLock
 from lockyard.redis import Lock
 
@@ -183,6 +185,8 @@ def main() -> None:
             backoff_min=0.01,
             backoff_max=0.05,
         )
+    elif args.url.startswith("etcd://"):
+        lock = EtcdLock(args.url, args.name, ttl=args.ttl)
     else:
         lock = Lock(args.url, args.name, ttl=args.ttl)
     report("ready", at=now_ns())

@@ -135,6 +135,8 @@ module Worker
     lock = if options[:url].start_with?("gs://")
              Lockyard::GCS::Lock.new(bucket_name: options[:url].delete_prefix("gs://"), path: options[:name],
                                      ttl: options[:ttl], backoff_min: 0.01, backoff_max: 0.05)
+           elsif options[:url].start_with?("etcd://")
+             Lockyard::Etcd::Lock.new(url: options[:url], name: options[:name], ttl: options[:ttl])
            else
              Lockyard::Redis::Lock.new(url: options[:url], name: options[:name], ttl: options[:ttl])
            end

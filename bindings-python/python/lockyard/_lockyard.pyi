@@ -14,6 +14,7 @@ from typing import Any
 from typing_extensions import Self, final
 
 __all__ = [
+    "EtcdLock",
     "GcsLock",
     "QuorumRwLock",
     "RedisClaim",
@@ -25,6 +26,7 @@ __all__ = [
     "RedisTerm",
     "RedisWaitGroup",
     "__version__",
+    "etcd_holder",
     "redis_claim",
     "redis_holder",
     "run_command",
@@ -51,6 +53,47 @@ class RedisLock:
         connect_timeout: float = 5.0,
         session: RedisSession | None = None,
         value: str | None = None,
+    ) -> Self: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+    def acquire(
+        self, timeout: float | None = None, *, blocking: bool = True
+    ) -> bool: ...
+    def try_acquire(self) -> bool: ...
+    def release(self) -> None: ...
+    @property
+    def healthy(self) -> bool: ...
+    def check_health(self) -> None: ...
+    @property
+    def fencing_token(self) -> int | None: ...
+    def owned(self) -> bool: ...
+    def locked(self) -> bool: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def identity(self) -> str: ...
+
+@final
+class EtcdLock:
+    """A distributed lock on etcd, exported as ``lockyard.etcd.Lock``. Each
+    thread is a separate holder; waiters are served in arrival order; the
+    fencing token is the create revision of the holder's key.
+    """
+
+    def __new__(
+        cls,
+        url: str,
+        name: str,
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        *,
+        identity_prefix: str | None = None,
+        connect_timeout: float = 5.0,
     ) -> Self: ...
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -309,6 +352,7 @@ class RedisClaim:
         traceback: TracebackType | None,
     ) -> None: ...
 
+def etcd_holder(url: str, name: str) -> str | None: ...
 def redis_claim(url: str, name: str, session: RedisSession) -> RedisClaim | None: ...
 def redis_holder(url: str, name: str) -> str | None: ...
 def run_command(args: list[str]) -> int: ...

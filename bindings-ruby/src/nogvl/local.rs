@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use lockyard::{gcs, quorum, redis, Result};
+use lockyard::{etcd, gcs, quorum, redis, Result};
 
 /// A core object seen by a call that keeps the GVL: only the methods below.
 pub(crate) struct Local<'a, T>(&'a T);
@@ -46,6 +46,15 @@ macro_rules! local {
 }
 
 local!(redis::Lock {
+    fn release_all_in_background() -> ();
+    fn healthy() -> bool;
+    fn check_health() -> Result<()>;
+    fn fencing_token() -> Option<u64>;
+    fn identity() -> String;
+    fn default_timeout() -> Option<Duration>;
+});
+
+local!(etcd::Lock {
     fn release_all_in_background() -> ();
     fn healthy() -> bool;
     fn check_health() -> Result<()>;

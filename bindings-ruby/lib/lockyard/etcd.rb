@@ -1,0 +1,65 @@
+# frozen_string_literal: true
+
+module Lockyard
+  # Locks on etcd, the consensus store: for locks that must hold through a
+  # failover (etcd commits every grant through Raft before it answers).
+  #
+  #   lock = Lockyard::Etcd::Lock.new(url: "etcd://127.0.0.1:2379", name: "deploy", ttl: 30)
+  #   lock.synchronize do
+  #     lock.check_health!   # before each step that must not run twice
+  #   end
+  module Etcd
+    # A distributed lock on etcd. Each thread is a separate holder, as with
+    # {Lockyard::Redis::Lock}; waiters are served in arrival order; the
+    # fencing token is the create revision of the holder's key.
+    class Lock
+      include Lockyard::Synchronize
+
+      # Options left nil take the core's defaults, stated with each.
+      # @param url [String] +etcd://host:2379+ (members comma-separated, +etcds://+ for TLS,
+      #   +user:password@+ for etcd's auth)
+      # @param name [String] the lock's name; holders of the same name exclude each other
+      # @param ttl [Numeric, nil] the lease's ttl in whole seconds, rounded up: how long the
+      #   lock outlives a holder's crashed process (default 30)
+      # @param timeout [Numeric, nil] default wait of {#lock} and {#synchronize}; nil waits forever
+      # @param identity_prefix [String, nil] prefix of holder identities (default: random)
+      # @param connect_timeout [Numeric, nil] how long one request to a member may take before
+      #   the next member is tried (default 5)
+      # @raise [Lockyard::ConfigError]
+      def self.new(url:, name:, ttl: nil, timeout: nil, identity_prefix: nil, connect_timeout: nil)
+        build(url, name, ttl, timeout, identity_prefix, connect_timeout)
+      end
+      private_class_method :build
+
+      # Waits until the calling thread holds the lock.
+      # @param timeout [Numeric, nil] seconds to wait; nil waits forever, 0 tries once
+      # @return [true]
+      # @raise [Lockyard::TimeoutError] when the wait runs out
+      # @raise [Lockyard::AlreadyLockedError] if this thread holds it already
+      # @raise [Lockyard::BackendError] if no member answers, or the waiter's lease is lost
+      def lock(timeout: default_timeout)
+        acquire(timeout)
+      end
+
+      # The other methods are {Lockyard::Redis::Lock}'s: try_lock, unlock,
+      # healthy?, check_health!, owned?, locked?, fencing_token, name,
+      # identity, default_timeout.
+
+      def inspect
+        token = fencing_token
+        held = token ? " fencing_token=#{token}" : ""
+        "#<#{self.class} name=#{name.inspect}#{held}>"
+      end
+
+      private
+
+      # Local state only: true from a grant until {#unlock}.
+      def held_by_this_thread?
+        !fencing_token.nil?
+      end
+    end
+
+    # @!method self.holder(url, name)
+    #   @return [String, nil] the identity stored by the lock's current holder
+  end
+end

@@ -1,0 +1,145 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "open3"
+
+# A private etcd member (Debian's etcd-server) on loopback ports below the
+# ephemeral range, started once for the run and stopped when it ends.
+class EtcdServer
+  attr_reader :url
+
+  def self.instance
+    @instance ||= new.tap do |server|
+      Minitest.after_run { server.stop }
+    end
+  end
+
+  def initialize
+    @dir = Dir.mktmpdir("lockyard-etcd")
+    @port = low_port
+    peer = "http://127.0.0.1:#{low_port}"
+    client = "http://127.0.0.1:#{@port}"
+    @url = "etcd://127.0.0.1:#{@port}"
+    @pid = Process.spawn("etcd", "--name", "solo", "--data-dir", File.join(@dir, "data"),
+                         "--listen-client-urls", client, "--advertise-client-urls", client,
+                         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                         "--initial-cluster", "solo=#{peer}", "--log-level", "error",
+                         out: File::NULL, err: File::NULL)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+    until ctl("endpoint", "health")[1].success?
+      raise "etcd did not start" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.05
+    end
+  end
+
+  def ctl(*args)
+    Open3.capture2e({ "ETCDCTL_API" => "3" }, "etcdctl", "--endpoints", "127.0.0.1:#{@port}",
+                    "--command-timeout", "2s", *args)
+  end
+
+  # Every key lockyard keeps.
+  def keys
+    ctl("get", "--prefix", "lockyard/", "--keys-only")[0].lines.map(&:strip).reject(&:empty?).sort
+  end
+
+  def stop
+    Process.kill(:KILL, @pid)
+    Process.wait(@pid)
+    FileUtils.remove_entry(@dir)
+  end
+
+  private
+
+  def low_port
+    loop do
+      port = rand(20_000..29_999)
+      server = TCPServer.new("127.0.0.1", port)
+      server.close
+      return port
+    rescue SystemCallError
+      next
+    end
+  end
+end
+
+class EtcdLockTest < Minitest::Test
+  def setup
+    @etcd = EtcdServer.instance
+    @name = "ruby-#{name}-#{SecureRandom.hex(4)}"
+  end
+
+  def new_lock(**options)
+    Lockyard::Etcd::Lock.new(url: @etcd.url, name: @name, ttl: 5, **options)
+  end
+
+  def test_synchronize_holds_once_with_growing_fencing_tokens
+    first, second = new_lock, new_lock
+    token = nil
+    first.synchronize do
+      token = first.fencing_token
+      assert first.healthy?
+      assert_nil first.check_health!
+      assert first.owned? && first.locked?
+      assert_equal first.identity, Lockyard::Etcd.holder(@etcd.url, @name)
+      refute second.try_lock
+      assert_raises(Lockyard::TimeoutError) { second.lock(timeout: 0.2) }
+      assert_raises(Lockyard::AlreadyLockedError) { first.lock }
+    end
+    refute first.locked?
+    assert second.try_lock
+    assert_operator second.fencing_token, :>, token
+    assert second.unlock
+    assert_raises(Lockyard::NotLockedError) { second.unlock }
+    assert_empty(@etcd.keys.select { |key| key.include?(@name) })
+  end
+
+  def test_threads_sharing_a_lock_never_overlap
+    lock = new_lock
+    inside = 0
+    overlaps = 0
+    threads = Array.new(4) do
+      Thread.new do
+        5.times do
+          lock.synchronize do
+            inside += 1
+            overlaps += 1 if inside > 1
+            sleep 0.005
+            inside -= 1
+          end
+        end
+      end
+    end
+    threads.each { |thread| thread.join(60) }
+    assert_equal 0, overlaps
+  end
+
+  def test_thread_raise_interrupts_a_wait_and_leaves_nothing_queued
+    holder = new_lock
+    holder.lock
+    waiter = new_lock
+    thread = Thread.new { waiter.lock }
+    thread.report_on_exception = false
+    sleep 0.5
+    thread.raise(Interrupt)
+    assert_raises(Interrupt) { thread.join(5) }
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 3
+    sleep 0.05 while @etcd.keys.count { |key| key.include?(@name) } > 1 &&
+                     Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    assert_equal 1, @etcd.keys.count { |key| key.include?(@name) }
+    holder.unlock
+  end
+
+  def test_bad_options_raise_config_error
+    [
+      { url: "etcd://", name: "x" },
+      { url: "redis://127.0.0.1:2379", name: "x" },
+      { url: @etcd.url, name: "" },
+      { url: @etcd.url, name: "x", ttl: 0 },
+      { url: @etcd.url, name: "x", ttl: 1e19 }
+    ].each do |options|
+      assert_raises(Lockyard::ConfigError, options.inspect) { Lockyard::Etcd::Lock.new(**options) }
+    end
+    assert_raises(ArgumentError) { Lockyard::Etcd::Lock.new(url: @etcd.url, name: "x", limit: 2) }
+  end
+end
