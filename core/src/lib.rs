@@ -72,6 +72,8 @@ pub mod quorum;
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 mod runtime;
+#[cfg(any(feature = "redis", feature = "etcd"))]
+mod state;
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub mod wait;
 

@@ -255,3 +255,44 @@ fn names_with_slashes_do_not_share_a_line() {
     let _outer = outer.acquire(None).unwrap();
     let _inner = inner.try_acquire().unwrap().expect("a/b is its own lock");
 }
+
+#[test]
+fn inspect_shows_the_holder_and_its_waiters_and_force_release_removes_the_holder() {
+    let server = EtcdServer::start();
+    let holder_lock = lock(&server, "inspected");
+    let waiter = lock(&server, "inspected");
+    let guard = holder_lock.acquire(None).unwrap();
+    let state = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            waiter
+                .acquire(Some(Duration::from_secs(10)))
+                .map(|g| g.fencing_token())
+        });
+        let until = Instant::now() + Duration::from_secs(3);
+        while server.keys().len() < 2 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let state = lockyard::etcd::inspect(&server.url(), "inspected").unwrap();
+        assert_eq!(
+            lockyard::etcd::force_release(&server.url(), "inspected").unwrap(),
+            1
+        );
+        let taken = waiting.join().unwrap().expect("the waiter took over");
+        assert!(taken > guard.fencing_token());
+        state
+    });
+    assert!(state.held());
+    assert_eq!(state.waiters, 1);
+    assert_eq!(state.holders[0].holder, holder_lock.identity());
+    assert_eq!(state.holders[0].fencing_token, guard.fencing_token());
+    assert!(state.holders[0].expires_in <= Duration::from_secs(5));
+    let until = Instant::now() + Duration::from_secs(4);
+    while guard.healthy() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!guard.healthy(), "a holder removed by force stays healthy");
+    assert!(!guard.release().unwrap());
+    assert!(!lockyard::etcd::inspect(&server.url(), "inspected")
+        .unwrap()
+        .held());
+}

@@ -44,6 +44,8 @@ pub(crate) struct Entry {
     pub(crate) key: String,
     pub(crate) create_revision: i64,
     pub(crate) value: String,
+    /// The lease the key rides on (0: none).
+    pub(crate) lease: i64,
 }
 
 /// The keys of a range answer (or of a Txn's range response).
@@ -56,6 +58,7 @@ pub(crate) fn entries(range: &Value) -> Vec<Entry> {
                     key: decode(&kv["key"]),
                     create_revision: number(&kv["create_revision"]),
                     value: decode(&kv["value"]),
+                    lease: number(&kv["lease"]),
                 })
                 .collect()
         })
@@ -118,7 +121,8 @@ mod tests {
             [Entry {
                 key: "k".into(),
                 create_revision: 5,
-                value: String::new()
+                value: String::new(),
+                lease: 0
             }]
         );
         assert_eq!(revision(&json!({})), 0);

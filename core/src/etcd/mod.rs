@@ -1,7 +1,8 @@
 //! Locks on etcd v3, the consensus store: for locks that must hold through
 //! a failover. etcd commits every write through Raft before it answers.
 //!
-//! - `lock.rs`: the public [`Lock`]; `queue.rs`: the waiting line of one
+//! - `lock.rs`: the public [`Lock`]; `admin.rs`: [`inspect`] and
+//!   [`force_release`] for operators; `queue.rs`: the waiting line of one
 //!   name (etcd's concurrency recipe, one Txn per step);
 //! - `leases.rs`: this process's leases, kept alive by one task each, which
 //!   also checks the held keys and deletes keys left behind;
@@ -11,6 +12,7 @@
 //!
 //! See `README.md` in this directory for why the gateway and not gRPC.
 
+mod admin;
 mod client;
 mod kv;
 mod leases;
@@ -18,4 +20,6 @@ mod lock;
 mod queue;
 mod target;
 
+pub use crate::state::{HolderState, LockState};
+pub use admin::{force_release, inspect};
 pub use lock::{holder, Lock, LockBuilder, LockGuard};

@@ -51,10 +51,13 @@ pub(crate) enum Taken {
 /// Where a key stands in the line.
 enum Place {
     Holds,
-    /// Behind `ahead`, as read at `revision`.
+    /// Behind `ahead`, as read at `revision`; `next` when `ahead` is the
+    /// holder and no one else is ahead: its delete makes this key the
+    /// holder (keys ahead only ever go, since create revisions only grow).
     Behind {
         ahead: String,
         revision: i64,
+        next: bool,
     },
     /// The key is gone: its lease ran out, or someone deleted it.
     Gone,
@@ -118,9 +121,12 @@ impl Queue {
         lease: &Lease,
         one_attempt: bool,
     ) -> Result<Taken> {
-        let Some(revision) = self.enter(key, value, lease).await? else {
+        let Some((revision, holds)) = self.enter(key, value, lease).await? else {
             return Ok(Taken::LeaseGone);
         };
+        if holds {
+            return Ok(Taken::Held(revision));
+        }
         let mut pause = FIRST_PAUSE;
         loop {
             let place = match self.place(key, revision).await {
@@ -156,59 +162,69 @@ impl Queue {
                 Place::Behind {
                     ahead,
                     revision: read_at,
+                    next,
                 } => {
-                    if !self
-                        .wait_turn(key, revision, &ahead, read_at, lease)
-                        .await?
-                    {
-                        let why = lease.loss().unwrap_or_default();
-                        return Err(Error::backend(
-                            self.client.shown(),
-                            "waiting",
-                            format!("the waiter for {} lost its lease: {why}", self.what),
-                        ));
+                    let turn = self.wait_turn(key, revision, &ahead, read_at, next, lease);
+                    match turn.await? {
+                        Turn::Holds => return Ok(Taken::Held(revision)),
+                        Turn::Look => continue,
+                        Turn::Lost => {
+                            let why = lease.loss().unwrap_or_default();
+                            return Err(Error::backend(
+                                self.client.shown(),
+                                "waiting",
+                                format!("the waiter for {} lost its lease: {why}", self.what),
+                            ));
+                        }
                     }
                 }
             }
         }
     }
 
-    /// Waits until `ahead` is gone (or the watch ends): true, then the
-    /// caller reads its place again; false if the lease was lost. Every
-    /// request timeout it also reads its place: a member frozen under the
-    /// watch (SIGSTOP, a partition that keeps TCP alive) sends nothing,
-    /// not even an error.
+    /// Waits until `ahead` is gone (or the watch ends). Every request
+    /// timeout it also reads its place: a member frozen under the watch
+    /// (SIGSTOP, a partition that keeps TCP alive) sends nothing, not even
+    /// an error.
     async fn wait_turn(
         &self,
         key: &str,
         revision: i64,
         ahead: &str,
         read_at: i64,
+        next: bool,
         lease: &Lease,
-    ) -> Result<bool> {
+    ) -> Result<Turn> {
         let mut watch = pin!(self.until_gone(ahead, read_at + 1));
         let mut lost = pin!(lease.lost());
         loop {
             let tick = tokio::time::sleep(self.client.request_timeout());
             match first_of(watch.as_mut(), lost.as_mut(), tick).await {
-                Ended::Watch(ended) => return ended.map(|()| true),
-                Ended::Lost => return Ok(false),
+                // The holder just ahead went: this key holds, no read needed.
+                Ended::Watch(Ok(true)) if next => return Ok(Turn::Holds),
+                Ended::Watch(ended) => return ended.map(|_| Turn::Look),
+                Ended::Lost => return Ok(Turn::Lost),
                 Ended::Tick => match self.place(key, revision).await {
                     Ok(Place::Behind { ahead: still, .. }) if still == ahead => continue,
                     // Moved up, gone or unreadable: the caller looks again.
-                    _ => return Ok(true),
+                    _ => return Ok(Turn::Look),
                 },
             }
         }
     }
 
     /// Puts `key` unless it exists (a retry after a lost reply finds its
-    /// own put): its create revision.
-    async fn enter(&self, key: &str, value: &str, lease: &Lease) -> Result<Option<i64>> {
+    /// own put), and reads the holders in the same Txn: its create revision
+    /// and whether it holds. None if the lease is gone.
+    async fn enter(&self, key: &str, value: &str, lease: &Lease) -> Result<Option<(i64, bool)>> {
+        let holders = kv::oldest(&self.prefix, self.limit);
         let txn = json!({
             "compare": [kv::created_at(key, 0)],
-            "success": [{"request_put": {"key": kv::encode(key), "value": kv::encode(value), "lease": lease.id}}],
-            "failure": [kv::get(key)],
+            "success": [
+                {"request_put": {"key": kv::encode(key), "value": kv::encode(value), "lease": lease.id}},
+                holders,
+            ],
+            "failure": [kv::get(key), holders],
         });
         let answer = match self.client.call("kv/txn", &txn, self.until()).await {
             Err(fault) if fault.is_lease_gone() => {
@@ -219,14 +235,16 @@ impl Queue {
                 answer.map_err(|fault| fault.into_error(&self.client, "queueing for the lock"))?
             }
         };
+        let holds = kv::entries(kv::response(&answer, 1))
+            .iter()
+            .any(|entry| entry.key == key);
         if answer["succeeded"].as_bool() == Some(true) {
-            return Ok(Some(kv::revision(&answer)));
+            return Ok(Some((kv::revision(&answer), holds)));
         }
-        Ok(Some(
-            kv::entries(kv::response(&answer, 0))
-                .first()
-                .map_or(kv::revision(&answer), |entry| entry.create_revision),
-        ))
+        let revision = kv::entries(kv::response(&answer, 0))
+            .first()
+            .map_or(kv::revision(&answer), |entry| entry.create_revision);
+        Ok(Some((revision, holds)))
     }
 
     /// Where `key`, created at `revision`, stands: one read-only Txn.
@@ -246,25 +264,30 @@ impl Queue {
         {
             return Ok(Place::Holds);
         }
+        let holders = kv::entries(kv::response(&answer, 1));
         let ahead = kv::entries(kv::response(&answer, 2));
         Ok(match ahead.into_iter().next() {
             // Only a lock's waiter knows one key whose end frees it; with
             // room for several holders any release may (see `until_gone`).
             Some(entry) if self.limit == 1 => Place::Behind {
+                next: holders
+                    .first()
+                    .is_some_and(|holder| holder.key == entry.key),
                 ahead: entry.key,
                 revision: kv::revision(&answer),
             },
             _ => Place::Behind {
                 ahead: String::new(),
                 revision: kv::revision(&answer),
+                next: false,
             },
         })
     }
 
     /// Resolves when `ahead` (or, when empty, any key of the line) is
-    /// deleted at or after `from`, when the watch ends, or after
-    /// [`WATCH_RENEWAL`]: the caller then reads its place again.
-    async fn until_gone(&self, ahead: &str, from: i64) -> Result<()> {
+    /// deleted at or after `from` (true), when the watch ends, or after
+    /// [`WATCH_RENEWAL`] (false).
+    async fn until_gone(&self, ahead: &str, from: i64) -> Result<bool> {
         let mut create = json!({"start_revision": from, "filters": ["NOPUT"]});
         if ahead.is_empty() {
             create["key"] = kv::encode(&self.prefix).into();
@@ -282,7 +305,7 @@ impl Queue {
                 Err(Fault::Unanswered(_)) => {
                     // No member took the watch: read the place again after a pause.
                     tokio::time::sleep(Duration::from_millis(200)).await;
-                    return Ok(());
+                    return Ok(false);
                 }
                 Err(fault) => return Err(fault.into_error(&self.client, "watching the lock")),
             };
@@ -293,20 +316,23 @@ impl Queue {
                         let deleted = result["events"]
                             .as_array()
                             .is_some_and(|events| !events.is_empty());
-                        if deleted || result["canceled"].as_bool() == Some(true) {
-                            return Ok(());
+                        if deleted {
+                            return Ok(true);
+                        }
+                        if result["canceled"].as_bool() == Some(true) {
+                            return Ok(false);
                         }
                     }
-                    Ok(None) => return Ok(()),
-                    Err(fault) if fault.is_compacted() => return Ok(()),
-                    Err(Fault::Unanswered(_)) => return Ok(()),
+                    Ok(None) => return Ok(false),
+                    Err(fault) if fault.is_compacted() => return Ok(false),
+                    Err(Fault::Unanswered(_)) => return Ok(false),
                     Err(fault) => return Err(fault.into_error(&self.client, "watching the lock")),
                 }
             }
         };
         tokio::time::timeout(WATCH_RENEWAL, watch)
             .await
-            .unwrap_or(Ok(()))
+            .unwrap_or(Ok(false))
     }
 
     /// Deletes `key` if it is still the one created at `revision`: true if
@@ -330,6 +356,27 @@ impl Queue {
         Ok(deleted || (resent && was_live && gone))
     }
 
+    /// Deletes what `range` names, whoever holds it (operators only).
+    pub(crate) async fn delete(&self, range: &Value) -> Result<Value> {
+        self.call("kv/deleterange", range, "deleting a holder")
+            .await
+    }
+
+    /// Every key of the line, oldest first: the holders, then the waiters.
+    pub(crate) async fn line(&self) -> Result<Vec<kv::Entry>> {
+        let txn = json!({"success": [kv::oldest(&self.prefix, 0)]});
+        let answer = self.call("kv/txn", &txn, "reading the lock").await?;
+        Ok(kv::entries(kv::response(&answer, 0)))
+    }
+
+    /// How long `lease` lasts on etcd's clock (zero once it is gone).
+    pub(crate) async fn lease_left(&self, lease: i64) -> Result<Duration> {
+        let answer = self
+            .call("lease/timetolive", &json!({"ID": lease}), "reading a lease")
+            .await?;
+        Ok(Duration::from_secs(kv::number(&answer["TTL"]).max(0) as u64))
+    }
+
     /// The oldest `limit` keys: the holders, with their values.
     pub(crate) async fn holders(&self) -> Result<Vec<kv::Entry>> {
         let txn = json!({"success": [kv::oldest(&self.prefix, self.limit)]});
@@ -338,16 +385,26 @@ impl Queue {
     }
 }
 
+/// What a waiter does after one turn of waiting.
+enum Turn {
+    /// The holder just ahead went: this key holds.
+    Holds,
+    /// Read the place again.
+    Look,
+    /// Its lease was lost.
+    Lost,
+}
+
 /// How one turn of waiting ended.
 enum Ended {
-    Watch(Result<()>),
+    Watch(Result<bool>),
     Lost,
     Tick,
 }
 
 /// Whichever of the watch, the lease's loss and the tick ends first.
 async fn first_of(
-    mut watch: Pin<&mut impl Future<Output = Result<()>>>,
+    mut watch: Pin<&mut impl Future<Output = Result<bool>>>,
     mut lost: Pin<&mut impl Future<Output = ()>>,
     tick: impl Future<Output = ()>,
 ) -> Ended {

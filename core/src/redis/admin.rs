@@ -14,6 +14,7 @@ use super::scripts::prepare;
 use super::server::{server, COMMAND_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::lease::DEFAULT_CONNECT_TIMEOUT;
+pub use crate::state::{HolderState, LockState};
 
 macro_rules! admin_script {
     ($file:literal) => {
@@ -28,43 +29,6 @@ macro_rules! admin_script {
 
 static STATE: LazyLock<Script> = admin_script!("state.lua");
 static FORCE_RELEASE: LazyLock<Script> = admin_script!("force_release.lua");
-
-/// A name's state as one Redis server sees it, from [`inspect`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockState {
-    /// Live holders, the one whose lease ends first first.
-    pub holders: Vec<HolderState>,
-    /// Waiters still queued for the name.
-    pub waiters: u32,
-    /// What is left of a lost session's lock_delay (None if none runs).
-    pub lock_delay: Option<Duration>,
-    /// The slots of the name while anyone holds or waits for it: 1 for a
-    /// lock or an election, a WaitGroup's limit otherwise.
-    pub limit: Option<u32>,
-}
-
-/// One live holder in a [`LockState`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HolderState {
-    /// The holder's request token (`<identity>#<random>` for a lock, a
-    /// UUID for a WaitGroup slot).
-    pub holder: String,
-    /// The fencing token of its grant.
-    pub fencing_token: u64,
-    /// How long its lease lasts without another refresh (server clock).
-    pub expires_in: Duration,
-    /// The value stored with a grant under a session (None if none).
-    pub value: Option<String>,
-}
-
-impl LockState {
-    /// Whether anyone holds the name.
-    pub fn held(&self) -> bool {
-        !self.holders.is_empty()
-    }
-}
 
 /// Who holds `name` on the Redis server at `url`, how long their leases
 /// last, how many wait, and what is left of a running lock_delay. Writes

@@ -1,0 +1,176 @@
+"""The etcd lock against its floor, in one run on one private etcd member
+(Debian's etcd-server): `bench/run etcd`.
+
+- cycle: an uncontended acquire + release from Python, against the raw
+  floor — the same two requests (the put-if-absent Txn on a lease, the
+  compare-and-delete Txn) sent by Python's own http.client over one
+  kept-alive connection to etcd's JSON gateway, the transport lockyard
+  uses;
+- writes: Raft proposals etcd committed per uncontended cycle, and during a
+  waiter's two seconds of waiting (etcd's own /metrics);
+- handoff: from a release to the next holder's acquire returning (a waiter
+  in another thread, its own Lock object), p50 against the p50 of one etcd
+  Put in the same run.
+
+Prints medians over a few rounds, as ratios to the floors.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "bindings-python" / "tests"))
+from etcd_server import Etcd
+from lockyard.etcd import Lock
+
+ROUNDS = 5
+CYCLES = 300
+HANDOFFS = 100
+CYCLE_TARGET = 1.10
+HANDOFF_TARGET = 1.5
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+class Raw:
+    """etcd's gateway over one kept-alive connection, as lockyard uses it."""
+
+    def __init__(self, port: int) -> None:
+        self.connection = http.client.HTTPConnection("127.0.0.1", port)
+
+    def call(self, path: str, body: dict) -> dict:
+        self.connection.request("POST", f"/v3/{path}", json.dumps(body))
+        return json.loads(self.connection.getresponse().read())
+
+    def cycle(self, key: str, lease: int) -> None:
+        taken = self.call("kv/txn", {
+            "compare": [{"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": 0}],
+            "success": [{"request_put": {"key": b64(key), "value": b64("x"), "lease": lease}}],
+        })  # fmt: skip
+        revision = int(taken["header"]["revision"])
+        self.call("kv/txn", {
+            "compare": [{"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": revision}],
+            "success": [{"request_delete_range": {"key": b64(key)}}],
+        })  # fmt: skip
+
+
+def proposals(port: int) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port)
+    connection.request("GET", "/metrics")
+    for line in connection.getresponse().read().decode().splitlines():
+        if line.startswith("etcd_server_proposals_committed_total "):
+            return int(float(line.split()[1]))
+    raise RuntimeError("etcd's /metrics has no etcd_server_proposals_committed_total")
+
+
+def per_cycle_us(cycle, count: int) -> float:
+    started = time.perf_counter()
+    for _ in range(count):
+        cycle()
+    return (time.perf_counter() - started) / count * 1e6
+
+
+def handoff_p50_us(url: str) -> float:
+    holder, waiter = Lock(url, "handoff", ttl=10.0), Lock(url, "handoff", ttl=10.0)
+    samples = []
+    for _ in range(HANDOFFS):
+        holder.acquire()
+        got = threading.Event()
+        at: list[int] = []
+
+        def wait(at: list[int], got: threading.Event) -> None:
+            waiter.acquire()
+            at.append(time.monotonic_ns())
+            got.set()
+            waiter.release()
+
+        thread = threading.Thread(target=wait, args=(at, got))
+        thread.start()
+        time.sleep(0.02)  # queued behind the holder
+        released = time.monotonic_ns()
+        holder.release()
+        got.wait(10)
+        thread.join()
+        samples.append((at[0] - released) / 1e3)
+    return statistics.median(samples)
+
+
+def put_p50_us(raw: Raw) -> float:
+    samples = []
+    for i in range(HANDOFFS):
+        started = time.perf_counter()
+        raw.call("kv/put", {"key": b64(f"bench/put/{i}"), "value": b64("x")})
+        samples.append((time.perf_counter() - started) * 1e6)
+    raw.call("kv/deleterange", {"key": b64("bench/"), "range_end": b64("bench0")})
+    return statistics.median(samples)
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="lockyard-bench-etcd-") as directory:
+        etcd = Etcd(Path(directory))
+        try:
+            raw = Raw(etcd.port)
+            lease = int(raw.call("lease/grant", {"TTL": 60})["ID"])
+            lock = Lock(etcd.url, "cycle", ttl=30.0)
+            lock.acquire()
+            lock.release()  # the lease is granted once, not per cycle
+
+            def lockyard_cycle() -> None:
+                lock.acquire()
+                lock.release()
+
+            floors, ours = [], []
+            for _ in range(ROUNDS):
+                floors.append(per_cycle_us(lambda: raw.cycle("lockyard/raw/k", lease), CYCLES))
+                ours.append(per_cycle_us(lockyard_cycle, CYCLES))
+            before = proposals(etcd.port)
+            for _ in range(100):
+                lockyard_cycle()
+            writes = (proposals(etcd.port) - before) / 100
+
+            waiter = Lock(etcd.url, "cycle", ttl=30.0)
+            lock.acquire()
+            def wait_then_release() -> None:
+                waiter.acquire(timeout=30)
+                waiter.release()
+
+            thread = threading.Thread(target=wait_then_release)
+            thread.start()
+            time.sleep(0.5)  # queued
+            before = proposals(etcd.port)
+            time.sleep(2.0)
+            waiting_writes = proposals(etcd.port) - before
+            lock.release()
+            thread.join()
+
+            handoffs = [handoff_p50_us(etcd.url) for _ in range(2)]
+            puts = [put_p50_us(raw) for _ in range(2)]
+        finally:
+            etcd.stop()
+
+    floor, mine = statistics.median(floors), statistics.median(ours)
+    cycle_ratio = mine / floor
+    handoff, put = statistics.median(handoffs), statistics.median(puts)
+    print(f"etcd {ROUNDS} rounds x {CYCLES} uncontended cycles, one local member")
+    print(f"  raw floor (http.client, 2 Txns)   {floor:8.0f} us/cycle   1.00x")
+    print(f"  lockyard.etcd.Lock                {mine:8.0f} us/cycle   {cycle_ratio:.2f}x"
+          f"   target <= {CYCLE_TARGET:.2f}x: {'met' if cycle_ratio <= CYCLE_TARGET else 'MISSED'}")  # fmt: skip
+    print(f"  Raft writes per uncontended cycle  {writes:.2f}   target 2")
+    print(f"  Raft writes by a waiter in 2 s     {waiting_writes}   target 0")
+    ratio = handoff / put
+    print(f"  handoff p50 {handoff:.0f} us, one Put p50 {put:.0f} us: {ratio:.2f}x"
+          f"   target <= {HANDOFF_TARGET:.1f}x: {'met' if ratio <= HANDOFF_TARGET else 'MISSED'}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

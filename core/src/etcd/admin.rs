@@ -1,0 +1,69 @@
+//! Operator tools for a name on etcd: look at who holds it and who waits
+//! ([`inspect`]), and break the glass ([`force_release`]). Like the Redis
+//! ones, they take a URL and a name, not a lock object.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::client::Client;
+use super::kv;
+use super::queue::Queue;
+use super::target::Target;
+use crate::error::Result;
+use crate::lease::DEFAULT_CONNECT_TIMEOUT;
+use crate::runtime;
+use crate::state::{HolderState, LockState};
+
+fn queue(url: &str, name: &str) -> Result<Queue> {
+    let client = Arc::new(Client::new(Target::parse(url)?, DEFAULT_CONNECT_TIMEOUT));
+    Queue::new(client, name, 1, format!("lock {name:?}"))
+}
+
+/// Who holds the lock `name` on the etcd cluster at `url` (its identity,
+/// its fencing token, what is left of its lease) and how many wait.
+/// Writes nothing.
+///
+/// # Errors
+/// [`crate::Error::Config`] for a bad name or URL, [`crate::Error::Backend`]
+/// if no member answers.
+pub fn inspect(url: &str, name: &str) -> Result<LockState> {
+    let queue = queue(url, name)?;
+    runtime::block_on(async {
+        let line = queue.line().await?;
+        let mut holders = Vec::new();
+        for entry in line.iter().take(1) {
+            holders.push(HolderState {
+                holder: entry.value.clone(),
+                fencing_token: entry.create_revision as u64,
+                expires_in: queue.lease_left(entry.lease).await?,
+                value: None,
+            });
+        }
+        Ok(LockState {
+            waiters: (line.len() - holders.len()) as u32,
+            limit: (!line.is_empty()).then_some(1),
+            holders,
+            lock_delay: None,
+        })
+    })
+}
+
+/// Removes the holder of `name`, whoever it is: its key is deleted, the
+/// first waiter takes the lock, and the old holder turns unhealthy at its
+/// next keep-alive (within ttl/3). Returns how many holders were removed.
+///
+/// # Errors
+/// As [`inspect`].
+pub fn force_release(url: &str, name: &str) -> Result<u32> {
+    let queue = queue(url, name)?;
+    runtime::block_on(async {
+        let mut removed = 0;
+        for entry in queue.holders().await? {
+            let delete = json!({"key": kv::encode(&entry.key)});
+            let answer = queue.delete(&delete).await?;
+            removed += kv::number(&answer["deleted"]) as u32;
+        }
+        Ok(removed)
+    })
+}
