@@ -12,6 +12,8 @@ pub enum Backend {
     Quorum(Vec<String>),
     /// A bucket, and the prefix the lock objects are put under.
     Gcs { bucket: String, prefix: String },
+    /// An etcd cluster (`etcd://` or `etcds://`, members comma-separated).
+    Etcd(String),
 }
 
 impl Backend {
@@ -25,6 +27,9 @@ impl Backend {
             urls => urls.to_vec(),
         };
         if let [url] = &urls[..] {
+            if url.starts_with("etcd://") || url.starts_with("etcds://") {
+                return Ok(Backend::Etcd(url.clone()));
+            }
             if let Some(rest) = url.strip_prefix("gs://") {
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
                 if bucket.is_empty() {
@@ -38,10 +43,10 @@ impl Backend {
         }
         for url in &urls {
             if !is_redis(url) {
-                let what = if url.starts_with("gs://") {
-                    "a gs:// URL cannot be combined with others".to_owned()
+                let what = if url.starts_with("gs://") || url.starts_with("etcd") {
+                    "a gs:// or etcd:// URL cannot be combined with others (an etcd URL lists its members: etcd://h1:2379,h2:2379)".to_owned()
                 } else {
-                    "expected redis://, rediss://, unix://, redis+sentinel:// or gs://BUCKET/PREFIX"
+                    "expected redis://, rediss://, unix://, redis+sentinel://, etcd://, etcds:// or gs://BUCKET/PREFIX"
                         .to_owned()
                 };
                 return Err(Failure::usage(format!(

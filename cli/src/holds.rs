@@ -1,7 +1,8 @@
 //! [`Hold`] for each primitive the command can run under.
 
+use lockyard::redis::LockState;
 use lockyard::redis::{Election, Session};
-use lockyard::{gcs, quorum, redis, Deadline, Interrupt, Result};
+use lockyard::{etcd, gcs, quorum, redis, Deadline, Interrupt, Result};
 
 use crate::hold::Hold;
 
@@ -17,6 +18,21 @@ impl Hold for redis::Lock {
     }
     fn release(&mut self) -> Result<bool> {
         redis::Lock::release(self)
+    }
+}
+
+impl Hold for etcd::Lock {
+    fn acquire(&mut self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<()> {
+        self.acquire_interruptibly(deadline, interrupted)
+    }
+    fn healthy(&self) -> bool {
+        etcd::Lock::healthy(self)
+    }
+    fn fencing_token(&self) -> Option<u64> {
+        etcd::Lock::fencing_token(self)
+    }
+    fn release(&mut self) -> Result<bool> {
+        etcd::Lock::release(self)
     }
 }
 
@@ -116,7 +132,15 @@ impl Hold for Leadership {
 
 /// Who holds a Redis name, for the line shown while waiting.
 pub fn describe_redis(url: &str, name: &str) -> Option<String> {
-    let state = redis::inspect(url, name).ok()?;
+    describe(&redis::inspect(url, name).ok()?)
+}
+
+/// Who holds the etcd lock `name`, for the line shown while waiting.
+pub fn describe_etcd(url: &str, name: &str) -> Option<String> {
+    describe(&etcd::inspect(url, name).ok()?)
+}
+
+fn describe(state: &LockState) -> Option<String> {
     let Some(first) = state.holders.first() else {
         return Some("being handed over".to_owned());
     };

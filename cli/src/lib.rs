@@ -20,7 +20,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use lockyard::{gcs, quorum, redis};
+use lockyard::{etcd, gcs, quorum, redis};
 
 use backend::Backend;
 use exit::Failure;
@@ -59,7 +59,8 @@ const ELECT_HELP: &str = concat!(
 const URL_HELP: &str =
     "Backend: redis://, rediss://, unix:// (Redis), redis+sentinel://SENTINEL,…/MASTER \
      (Redis behind Sentinel); several --url (a quorum of \
-     Redis servers); gs://BUCKET/PREFIX (Google Cloud Storage, object PREFIX/NAME). \
+     Redis servers); etcd://HOST:2379,… or etcds:// (etcd; lock, status, release); \
+     gs://BUCKET/PREFIX (Google Cloud Storage, object PREFIX/NAME). \
      Default: $LOCKYARD_URL, then redis://127.0.0.1:6379/0";
 
 #[derive(Parser)]
@@ -254,7 +255,9 @@ fn lock(args: LockArgs) -> Result<i32, Failure> {
         ));
     }
     if args.limit.is_some() && !matches!(backend, Backend::Redis(_)) {
-        return Err(Failure::usage("--limit needs a single Redis URL"));
+        return Err(Failure::usage(
+            "--limit needs a single Redis URL (etcd's WaitGroup is still to come)",
+        ));
     }
     let signals = Signals::install()?;
     let name = args.name.clone();
@@ -278,6 +281,17 @@ fn lock(args: LockArgs) -> Result<i32, Failure> {
                         .build()?,
                 ),
             }
+        }
+        Backend::Etcd(url) => {
+            let describe_url = url.clone();
+            let describe_name = name.clone();
+            describe = Box::new(move || holds::describe_etcd(&describe_url, &describe_name));
+            Box::new(
+                etcd::Lock::builder(url, &name)
+                    .ttl(args.ttl)
+                    .identity_prefix(hostname())
+                    .build()?,
+            )
         }
         Backend::Quorum(urls) => Box::new(holds::QuorumLock {
             lock: quorum::RwLock::builder(urls, &name).ttl(args.ttl).build()?,

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use lockyard::gcs;
 use lockyard::quorum::{self, NodeState};
 use lockyard::redis::{self, LockState};
+use lockyard::{etcd, gcs};
 use serde_json::json;
 
 use crate::backend::Backend;
@@ -13,14 +13,14 @@ use crate::output::{out, out_part, say};
 
 /// Prints the state of `name`; exit status 0 if held, 1 if free.
 pub fn status(backend: &Backend, name: &str, as_json: bool) -> Result<i32, Failure> {
-    let url = match backend {
-        Backend::Redis(url) => url,
+    let state = match backend {
+        Backend::Redis(url) => redis::inspect(url, name)?,
+        Backend::Etcd(url) => etcd::inspect(url, name)?,
         Backend::Quorum(urls) => return quorum_status(urls, name, as_json),
         Backend::Gcs { bucket, prefix } => {
             return gcs_status(&gcs_lock(bucket, prefix, name)?, name, as_json)
         }
     };
-    let state = redis::inspect(url, name)?;
     if as_json {
         out!("{}", to_json(name, &state));
     } else {
@@ -40,6 +40,10 @@ pub fn release(backend: &Backend, name: &str, force: bool) -> Result<i32, Failur
     match backend {
         Backend::Redis(url) => {
             let removed = redis::force_release(url, name)?;
+            say!("lockyard: removed {removed} holder(s) of {name:?}");
+        }
+        Backend::Etcd(url) => {
+            let removed = etcd::force_release(url, name)?;
             say!("lockyard: removed {removed} holder(s) of {name:?}");
         }
         Backend::Quorum(urls) => {

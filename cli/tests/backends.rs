@@ -1,4 +1,5 @@
-//! `lockyard lock` on a quorum of Redis servers and on Google Cloud Storage.
+//! `lockyard lock` on a quorum of Redis servers, on etcd and on Google
+//! Cloud Storage.
 
 mod common;
 
@@ -199,4 +200,75 @@ fn on_gcs_status_shows_the_object_and_release_force_stops_the_holder() {
         .parse()
         .unwrap();
     assert!(next_token > token);
+}
+
+#[test]
+fn on_etcd_commands_exclude_each_other() {
+    let server = common::etcd::EtcdServer::start();
+    assert_exclusive(&[server.url()], &[]);
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+}
+
+#[test]
+fn on_etcd_status_shows_the_holder_and_release_force_stops_it() {
+    let server = common::etcd::EtcdServer::start();
+    let url = server.url();
+    let with_url = |subcommand: &str| {
+        let mut command = Command::new(program());
+        command
+            .env_remove("LOCKYARD_URL")
+            .args([subcommand, "--url", &url]);
+        command
+    };
+    assert_eq!(status(&run(with_url("status").arg("deploy"))), 1);
+    let mut holder = with_url("lock")
+        .args([
+            "--ttl", "3", "--grace", "0", "--quiet", "deploy", "--", "sleep", "30",
+        ])
+        .spawn()
+        .unwrap();
+    eventually(
+        std::time::Duration::from_secs(5),
+        "the lock is taken",
+        || status(&run(with_url("status").arg("deploy"))) == 0,
+    );
+    let held = run(with_url("status").args(["--json", "deploy"]));
+    let state: serde_json::Value = serde_json::from_slice(&held.stdout).unwrap();
+    let token = state["holders"][0]["fencing_token"].as_u64().unwrap();
+    let left = state["holders"][0]["expires_in_ms"].as_u64().unwrap();
+    assert!((1000..=3000).contains(&left), "{state}");
+    assert!(
+        state["holders"][0]["holder"]
+            .as_str()
+            .unwrap()
+            .contains('-'),
+        "{state}"
+    );
+
+    assert_eq!(
+        status(&run(with_url("release").args(["--force", "deploy"]))),
+        0
+    );
+    // The holder's keep-alive task finds its key gone within ttl/3.
+    assert_eq!(
+        wait_with_deadline(&mut holder, std::time::Duration::from_secs(4)),
+        76
+    );
+    let next = run(with_url("lock").args([
+        "--timeout",
+        "0",
+        "deploy",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKYARD_FENCING_TOKEN",
+    ]));
+    assert_eq!(status(&next), 0);
+    let next_token: u64 = String::from_utf8(next.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(next_token > token);
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
 }

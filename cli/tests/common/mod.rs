@@ -12,6 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "../../../core/tests/etcd_support/mod.rs"]
+pub mod etcd;
 pub mod gcs;
 
 pub use support::{eventually, free_port, RedisServer};
