@@ -53,19 +53,21 @@ fn force_release_clears_every_node_and_fences_keep_increasing() {
     let guard = lock.write(None).unwrap();
     let old_token = guard.fencing_token().unwrap();
     // A write returns once a majority granted it; the third grant may still
-    // be on its way, and force_release counts the grants it removed.
-    eventually(
-        Duration::from_secs(2),
-        "every node granted the write",
-        || {
-            inspect(&urls, "deploy")
-                .unwrap()
-                .iter()
-                .all(|n| n.writer.is_some())
-        },
+    // be on its way (or, on a loaded machine, have timed out: the write
+    // does not ask that node again), so force_release removes at least
+    // the majority seen here and at most every node.
+    let granted = inspect(&urls, "deploy")
+        .unwrap()
+        .iter()
+        .filter(|n| n.writer.is_some())
+        .count();
+    assert!(granted >= 2, "a write holds a majority: {granted} of 3");
+    let removed = force_release(&urls, "deploy").unwrap() as usize;
+    assert!((granted..=3).contains(&removed), "removed {removed}, granted {granted}");
+    assert!(
+        inspect(&urls, "deploy").unwrap().iter().all(|n| n.writer.is_none()),
+        "a node still has the grant after force_release"
     );
-
-    assert_eq!(force_release(&urls, "deploy").unwrap(), 3);
     eventually(Duration::from_secs(1), "the holder loses quorum", || {
         !guard.healthy()
     });
