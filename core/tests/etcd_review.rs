@@ -126,7 +126,7 @@ fn an_acquire_timeout_over_100_years_is_a_config_error() {
 /// rides on this process's lease, which etcd keeps through a restart and
 /// this process keeps alive: left behind, it holds its place (here: the
 /// lock itself) for as long as the process lives. The keep-alive task
-/// forgets strays after 60 s (`STRAY_WATCH`) even when it never managed to
+/// forgot strays after `STRAY_WATCH` (then 60 s, now 20 s) even when it never managed to
 /// delete them, and it sweeps only after a keep-alive that succeeded.
 #[test]
 fn a_wait_that_failed_during_a_long_outage_leaves_no_key_once_etcd_is_back() {
@@ -140,12 +140,12 @@ fn a_wait_that_failed_during_a_long_outage_leaves_no_key_once_etcd_is_back() {
         .unwrap();
     let held = holder.acquire(Some(Duration::from_secs(5))).unwrap();
     std::thread::scope(|s| {
-        let waiting = s.spawn(|| waiter.acquire(Some(Duration::from_secs(30))).map(drop));
+        let waiting = s.spawn(|| waiter.acquire(Some(Duration::from_secs(5))).map(drop));
         std::thread::sleep(Duration::from_millis(800));
         server.stop();
         assert!(waiting.join().unwrap().is_err(), "no etcd: the wait fails");
     });
-    std::thread::sleep(Duration::from_secs(62));
+    std::thread::sleep(Duration::from_secs(22));
     server.start_again();
     server.wait_ready();
     assert!(
@@ -198,10 +198,10 @@ fn locks_with_different_passwords_do_not_share_one_client_for_their_leases() {
 
 /// Must hold: a release that failed because etcd was down (the caller got
 /// an error, its hold is gone from the lock object) is finished once etcd
-/// is back, however long the outage lasted. Today the key is handed to the
-/// keep-alive task as a stray, forgotten after 60 s without ever being
-/// deleted, and kept alive with the process's lease: the lock stays held
-/// by nobody for as long as this process lives.
+/// is back, however long the outage lasted. The first version handed the key to the
+/// keep-alive task as a stray, forgotten after `STRAY_WATCH` (then 60 s) without ever being
+/// deleted, and kept alive with the process's lease: the lock stayed held
+/// by nobody for as long as the process lived.
 #[test]
 fn a_release_that_failed_during_a_long_outage_frees_the_lock_once_etcd_is_back() {
     let mut server = EtcdServer::start();
@@ -214,7 +214,7 @@ fn a_release_that_failed_during_a_long_outage_frees_the_lock_once_etcd_is_back()
     let held = holder.acquire(Some(Duration::from_secs(5))).unwrap();
     server.stop();
     assert!(held.release().is_err(), "no etcd: the release fails");
-    std::thread::sleep(Duration::from_secs(62));
+    std::thread::sleep(Duration::from_secs(22));
     server.start_again();
     server.wait_ready();
     let other = lock_ttl(&url, "outage-release", 7);
@@ -302,9 +302,9 @@ impl LossyProxy {
 
 /// Must hold: a release whose delete was committed but whose reply was
 /// lost (the client retries it, as it retries every request) answers
-/// Ok(true): the hold was kept to the end. Today the retried compare finds
-/// the key gone and answers Ok(false), "lost before it was released",
-/// logging that another holder may have run meanwhile, which is false.
+/// Ok(true): the hold was kept to the end. In the first version the retried compare found
+/// the key gone and answered Ok(false), "lost before it was released",
+/// logging that another holder may have run meanwhile, which was false.
 #[test]
 fn a_release_whose_reply_was_lost_still_answers_true() {
     let server = EtcdServer::start();
@@ -330,7 +330,7 @@ fn a_release_whose_reply_was_lost_still_answers_true() {
 
 /// Must hold: a member that is not a valid host (a space, an unbracketed
 /// IPv6 address, a bracket left open) is Error::Config at build, like the
-/// other URL mistakes; today it builds, and every request then fails with
+/// other URL mistakes; the first version built it, and every request then failed with
 /// reqwest's "builder error", retried until the request timeout and
 /// reported as a transient Backend error ("no member answered").
 #[test]

@@ -63,9 +63,15 @@ fn force_release_clears_every_node_and_fences_keep_increasing() {
         .count();
     assert!(granted >= 2, "a write holds a majority: {granted} of 3");
     let removed = force_release(&urls, "deploy").unwrap() as usize;
-    assert!((granted..=3).contains(&removed), "removed {removed}, granted {granted}");
     assert!(
-        inspect(&urls, "deploy").unwrap().iter().all(|n| n.writer.is_none()),
+        (granted..=3).contains(&removed),
+        "removed {removed}, granted {granted}"
+    );
+    assert!(
+        inspect(&urls, "deploy")
+            .unwrap()
+            .iter()
+            .all(|n| n.writer.is_none()),
         "a node still has the grant after force_release"
     );
     eventually(Duration::from_secs(1), "the holder loses quorum", || {

@@ -26,7 +26,10 @@ use crate::runtime;
 
 /// How long a key given up is looked for after a delete of it succeeded: a
 /// put sent before the wait was given up may still land after the delete.
-const STRAY_WATCH: Duration = Duration::from_secs(60);
+/// etcd applies or drops a proposal within its own request timeout (5 s
+/// plus two election timeouts by default), and its gateway cancels the
+/// request of a client that went away: 20 s is well past both.
+const STRAY_WATCH: Duration = Duration::from_secs(20);
 
 /// Compares per read-only Txn when checking held keys (etcd's default
 /// `--max-txn-ops` is 128).
