@@ -1,6 +1,7 @@
-//! Operator tools for a name on etcd: look at who holds it and who waits
-//! ([`inspect`]), and break the glass ([`force_release`]). Like the Redis
-//! ones, they take a URL and a name, not a lock object.
+//! Looking at a name on etcd without holding it: whose it is ([`holder`]),
+//! who holds it and who waits ([`inspect`]), and breaking the glass
+//! ([`force_release`]). Like the Redis ones, they take a URL and a name,
+//! not a lock object.
 
 use std::sync::Arc;
 
@@ -18,6 +19,17 @@ use crate::state::{HolderState, LockState};
 fn queue(url: &str, name: &str) -> Result<Queue> {
     let client = Arc::new(Client::new(Target::parse(url)?, DEFAULT_CONNECT_TIMEOUT));
     Queue::new(client, name, 1, format!("lock {name:?}"))
+}
+
+/// The identity stored by the current holder of the lock `name`, or None
+/// when nobody holds it.
+///
+/// # Errors
+/// [`crate::Error::Config`] for a bad name or URL, [`crate::Error::Backend`] if no member
+/// answers.
+pub fn holder(url: &str, name: &str) -> Result<Option<String>> {
+    let holders = runtime::block_on(queue(url, name)?.holders())?;
+    Ok(holders.into_iter().next().map(|entry| entry.value))
 }
 
 /// Who holds the lock `name` on the etcd cluster at `url` (its identity,

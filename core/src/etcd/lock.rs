@@ -371,16 +371,3 @@ impl Drop for Lock {
 pub type LockGuard<'a> = crate::guard::Guard<'a, Lock>;
 
 crate::guard::thread_lock!(Lock);
-
-/// The identity stored by the current holder of the lock `name`, or None
-/// when nobody holds it.
-///
-/// # Errors
-/// [`Error::Config`] for a bad name or URL, [`Error::Backend`] if no member
-/// answers.
-pub fn holder(url: &str, name: &str) -> Result<Option<String>> {
-    let client = Arc::new(Client::new(Target::parse(url)?, DEFAULT_CONNECT_TIMEOUT));
-    let queue = Queue::new(client, name, 1, format!("lock {name:?}"))?;
-    let holders = runtime::block_on(queue.holders())?;
-    Ok(holders.into_iter().next().map(|entry| entry.value))
-}

@@ -1,7 +1,7 @@
 //! Locks on etcd v3, the consensus store: for locks that must hold through
 //! a failover. etcd commits every write through Raft before it answers.
 //!
-//! - `lock.rs`: the public [`Lock`]; `admin.rs`: [`inspect`] and
+//! - `lock.rs`: the public [`Lock`]; `admin.rs`: [`holder`], [`inspect`] and
 //!   [`force_release`] for operators; `queue.rs`: the waiting line of one
 //!   name (etcd's concurrency recipe, one Txn per step);
 //! - `leases.rs`: this process's leases, kept alive by one task each, which
@@ -21,5 +21,5 @@ mod queue;
 mod target;
 
 pub use crate::state::{HolderState, LockState};
-pub use admin::{force_release, inspect};
-pub use lock::{holder, Lock, LockBuilder, LockGuard};
+pub use admin::{force_release, holder, inspect};
+pub use lock::{Lock, LockBuilder, LockGuard};
