@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import lockyard
+import lockyard.etcd
 import pytest
 from commands import WORKERS, python, ruby
 from lockyard.redis import WaitGroup
@@ -77,15 +78,13 @@ class WaitGroupWorker:
         return f"{self.lang} worker {self.process.pid}{detail}"
 
 
-@pytest.fixture
-def start(redis_server, tmp_path):
-    """start(name, mode, lang="py", **options) runs a wait group worker."""
+def starter(url: str, tmp_path: Path):
+    """start(name, mode, lang="py", **options) runs a wait group worker on
+    `url`; kills what is left of them afterwards."""
     started: list[WaitGroupWorker] = []
 
     def run(name: str, mode: str, lang: str = "py", **options) -> WaitGroupWorker:
-        worker = WaitGroupWorker(
-            redis_server.url, name, mode, tmp_path, lang, **options
-        )
+        worker = WaitGroupWorker(url, name, mode, tmp_path, lang, **options)
         started.append(worker)
         return worker
 
@@ -95,6 +94,16 @@ def start(redis_server, tmp_path):
             worker.signal(signal.SIGCONT)
             worker.process.kill()
         worker.process.wait()
+
+
+@pytest.fixture
+def start(redis_server, tmp_path):
+    yield from starter(redis_server.url, tmp_path)
+
+
+@pytest.fixture
+def etcd_start(etcd_server, tmp_path):
+    yield from starter(etcd_server.url, tmp_path)
 
 
 def fence_only(redis_server, name: str) -> bool:
@@ -320,3 +329,118 @@ def test_a_killed_worker_frees_its_adopted_slot_after_ttl_while_the_adder_lives(
     assert checked["healthy"] is False, "the adder still counts the slot as its own"
     assert adder.wait_for("done")["freed"] is False
     assert wg.done(other)
+
+
+# etcd: the same group on a consensus store. Leases are whole seconds, kept
+# alive every ttl/3; etcd looks for expired leases every 500 ms.
+ETCD_TTL = 2
+
+
+def test_etcd_processes_never_exceed_the_limit_and_reach_it(
+    etcd_start, etcd_server, tmp_path
+):
+    crowd = start_crowd(
+        etcd_start,
+        tmp_path,
+        "quota",
+        ["py", "rb"] * 2,
+        iterations=10,
+        hold=0.01,
+        ttl=10,
+    )
+    holds = [hold for worker in crowd for hold in worker.reports("hold")]
+    assert len(holds) == 4 * 10
+    most_inside = max(hold["inside"] for hold in holds)
+    assert most_inside <= LIMIT, "more processes inside than the limit allows"
+    assert most_inside == LIMIT, "the limit was never used in full"
+    fences = [hold["fence"] for hold in holds]
+    assert len(set(fences)) == len(fences), "a fencing token was granted twice"
+    assert etcd_server.keys() == []
+
+
+def test_etcd_sigkilled_holders_free_their_slots_after_ttl_and_not_before(
+    etcd_start, etcd_server
+):
+    holders = [
+        etcd_start("crash", "hold", lang, limit=2, ttl=ETCD_TTL, hold=60)
+        for lang in ("py", "rb")
+    ]
+    fences = [holder.wait_for("acquired")["fence"] for holder in holders]
+    for holder in holders:
+        holder.signal(signal.SIGKILL)
+    killed = time.monotonic()
+
+    wg = lockyard.etcd.WaitGroup(etcd_server.url, "crash", limit=2, ttl=10)
+    with pytest.raises(lockyard.TimeoutError):
+        wg.add(timeout=0)
+    assert wg.count() == 2
+    tokens = [wg.add(timeout=10.0), wg.add(timeout=10.0)]
+    free_after = time.monotonic() - killed
+    assert free_after >= ETCD_TTL - ETCD_TTL / 3 - 0.1, (
+        "a slot was taken while the killed holder's lease was live"
+    )
+    assert free_after <= ETCD_TTL + 1.5, "slots stayed taken long after the ttl"
+    assert min(wg.fencing_token(token) for token in tokens) > max(fences)
+    for token in tokens:
+        assert wg.done(token)
+    assert etcd_server.keys() == []
+
+
+def test_etcd_done_from_another_process_frees_the_slot_and_ends_wait(etcd_start):
+    holders = [
+        etcd_start("handoff", "hold", lang, limit=2, ttl=ETCD_TTL, hold=-1)
+        for lang in ("py", "rb")
+    ]
+    tokens = [holder.wait_for("acquired")["token"] for holder in holders]
+    waiter = etcd_start("handoff", "wait", "rb", limit=2, timeout=20)
+    waiter.wait_for("asking")
+
+    assert etcd_start("handoff", "done", "rb", limit=2, token=tokens[0]).wait_for(
+        "done"
+    )["freed"]
+    time.sleep(0.5)
+    assert waiter.reports("waited") == [], "wait() returned while a slot is held"
+    freer = etcd_start("handoff", "done", "py", limit=2, token=tokens[1])
+    freed_at = freer.wait_for("done")["at"]
+    waited = waiter.wait_for("waited")
+    assert waited["idle"] is True
+    assert (waited["at"] - freed_at) / 1e6 < 500, "wait() noticed the last done late"
+    # The holders learn that someone else freed their slots at their next
+    # keep-alive.
+    time.sleep(ETCD_TTL / 3 + 0.5)
+    for holder in holders:
+        holder.tell("report")
+        assert holder.wait_for("checked")["healthy"] is False
+        assert holder.wait_for("done")["freed"] is False
+
+
+@pytest.mark.parametrize(("adder_lang", "worker_lang"), [("py", "rb"), ("rb", "py")])
+def test_etcd_slot_handed_to_a_worker_outlives_its_adder_until_done(
+    etcd_start, etcd_server, adder_lang, worker_lang
+):
+    adder = etcd_start("relay", "add", adder_lang, limit=1, ttl=ETCD_TTL)
+    added = adder.wait_for("added")
+    adder.finish()  # a clean exit: the slot is the worker's to keep
+    worker = etcd_start(
+        "relay",
+        "adopt",
+        worker_lang,
+        limit=1,
+        ttl=ETCD_TTL,
+        token=added["token"],
+        hold=-1,
+    )
+    adopted = worker.wait_for("adopted")
+    assert adopted == {**adopted, "adopted": True, "fence": added["fence"]}
+    time.sleep(2 * ETCD_TTL)
+    wg = lockyard.etcd.WaitGroup(etcd_server.url, "relay", limit=1, ttl=10)
+    with pytest.raises(lockyard.TimeoutError):
+        wg.add(timeout=0.2)  # never one slot too many while the worker runs
+    second = etcd_start("relay", "adopt", "py", limit=1, token=added["token"])
+    assert second.wait_for("adopted")["adopted"] is False, "a slot has one adopter"
+    worker.tell()
+    assert worker.wait_for("checked")["healthy"] is True
+    assert worker.wait_for("done")["freed"] is True
+    worker.finish()
+    assert wg.count() == 0
+    assert etcd_server.keys() == []

@@ -50,6 +50,7 @@ pub(crate) fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let etcd = PyDict::new(py);
     etcd.set_item("ttl", DEFAULT_TTL.as_secs_f64())?;
     etcd.set_item("connect_timeout", DEFAULT_CONNECT_TIMEOUT.as_secs_f64())?;
-    by_class.set_item("EtcdLock", etcd)?;
+    by_class.set_item("EtcdLock", etcd.copy()?)?;
+    by_class.set_item("EtcdWaitGroup", etcd)?;
     Ok(by_class)
 }

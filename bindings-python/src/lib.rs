@@ -47,6 +47,10 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     module.add("GcsLock", module.py().get_type::<gcs_lock::GcsLock>())?;
     module.add("EtcdLock", module.py().get_type::<etcd_lock::EtcdLock>())?;
+    module.add(
+        "EtcdWaitGroup",
+        module.py().get_type::<wait_group::EtcdWaitGroup>(),
+    )?;
     module.add_function(wrap_pyfunction!(etcd_lock::etcd_holder, module)?)?;
     module.add(
         "RedisSession",

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from etcd_server import Etcd
 from redis_server import Redis
 
 
@@ -19,6 +20,16 @@ from redis_server import Redis
 def redis(tmp_path: Path) -> Iterator[Redis]:
     """A fresh redis-server without persistence, killed after the test."""
     server = Redis(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[Etcd]:
+    """A private etcd member (Debian's etcd-server), killed after the test."""
+    server = Etcd(tmp_path)
     try:
         yield server
     finally:

@@ -6,22 +6,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import lockyard
 import pytest
 from etcd_server import Etcd
 from lockyard.etcd import Lock, holder
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[Etcd]:
-    server = Etcd(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_a_lock_is_held_once_with_growing_fencing_tokens(etcd: Etcd, name: str) -> None:

@@ -27,6 +27,7 @@ Lockyard.private_class_method :core_defaults
 require_relative "lockyard/thread_watch"
 require_relative "lockyard/synchronize"
 require_relative "lockyard/redis"
+require_relative "lockyard/slot_group"
 require_relative "lockyard/redis/wait_group"
 require_relative "lockyard/quorum"
 require_relative "lockyard/gcs"

@@ -31,14 +31,15 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let redis = lockyard.define_module("Redis")?;
     lock::define(ruby, redis)?;
     exclusive::define(ruby, redis)?;
-    wait_group::define(ruby, redis)?;
     session::define(ruby, redis)?;
     election::define(ruby, redis)?;
     quorum::define(ruby, lockyard.define_module("Quorum")?)?;
     command::define(lockyard)?;
     defaults::define(lockyard)?;
     thread_watch::define(lockyard)?;
-    etcd_lock::define(ruby, lockyard.define_module("Etcd")?)?;
+    let etcd = lockyard.define_module("Etcd")?;
+    etcd_lock::define(ruby, etcd)?;
+    wait_group::define(ruby, redis, etcd)?;
     let gcs = lockyard.define_module("GCS")?;
     gcs_lock::define(ruby, gcs)
 }

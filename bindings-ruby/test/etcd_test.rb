@@ -143,3 +143,66 @@ class EtcdLockTest < Minitest::Test
     assert_raises(ArgumentError) { Lockyard::Etcd::Lock.new(url: @etcd.url, name: "x", limit: 2) }
   end
 end
+
+class EtcdWaitGroupTest < Minitest::Test
+  def setup
+    @etcd = EtcdServer.instance
+    @name = "ruby-#{name}-#{SecureRandom.hex(4)}"
+  end
+
+  def new_group(limit: 2)
+    Lockyard::Etcd::WaitGroup.new(url: @etcd.url, name: @name, limit: limit, ttl: 5)
+  end
+
+  def keys
+    @etcd.keys.select { |key| key.include?(@name) }
+  end
+
+  def test_slots_are_limited_fenced_and_freed_by_token
+    wg, other = new_group, new_group
+    token = wg.add
+    wg.synchronize(timeout: 5) do |slot|
+      assert_kind_of Lockyard::Etcd::WaitGroup::Slot, slot
+      assert slot.healthy?
+      assert_operator slot.fencing_token, :>, wg.fencing_token(token)
+      assert_equal 2, other.count
+      assert_raises(Lockyard::TimeoutError) { other.add(timeout: 0) }
+      refute other.wait(timeout: 0.2)
+    end
+    assert other.done(token)
+    refute other.done(token)
+    assert wg.wait(timeout: 1)
+    assert_empty keys
+    assert_equal %(#<Lockyard::Etcd::WaitGroup name="#{@name}" limit=2>), wg.inspect
+  end
+
+  def test_synchronize_frees_its_slot_when_the_block_raises_and_thread_raise_ends_a_wait
+    wg = new_group(limit: 1)
+    assert_raises(RuntimeError) { wg.synchronize { raise "boom" } }
+    assert_equal 0, wg.count
+    held = wg.add
+    thread = Thread.new { wg.add }
+    thread.report_on_exception = false
+    sleep 0.5
+    thread.raise(Interrupt)
+    assert_raises(Interrupt) { thread.join(5) }
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 3
+    sleep 0.05 while keys.size > 1 && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    assert_equal 1, keys.size, "the interrupted wait left its key"
+    assert wg.done(held)
+  end
+
+  def test_bad_options_raise_config_error
+    [
+      { url: "etcd://", name: "x", limit: 1 },
+      { url: @etcd.url, name: "", limit: 1 },
+      { url: @etcd.url, name: "x", limit: 0 },
+      { url: @etcd.url, name: "x", limit: 1, ttl: 0 }
+    ].each do |options|
+      assert_raises(Lockyard::ConfigError, options.inspect) { Lockyard::Etcd::WaitGroup.new(**options) }
+    end
+    assert_raises(ArgumentError) do
+      Lockyard::Etcd::WaitGroup.new(url: @etcd.url, name: "x", limit: 1, refresh_interval: 1)
+    end
+  end
+end

@@ -54,6 +54,8 @@ pub mod error;
 pub mod etcd;
 #[cfg(feature = "gcs")]
 pub mod gcs;
+#[cfg(any(feature = "redis", feature = "etcd"))]
+pub mod group;
 pub mod guard;
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 mod health;

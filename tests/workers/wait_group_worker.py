@@ -3,7 +3,7 @@ and appends what it saw to a report file as JSON lines (one object per line,
 times from CLOCK_MONOTONIC in ns, comparable between processes on one
 machine).
 
-    python wait_group_worker.py URL NAME --limit 3 --reports FILE \
+    python wait_group_worker.py URL NAME  (redis:// or etcd://) --limit 3 --reports FILE \
         --mode crowd --iterations 20 --hold 0.005 --counter /tmp/inside
 
 Modes:
@@ -32,6 +32,7 @@ import time
 from typing import TextIO
 
 import lockyard
+import lockyard.etcd
 from lockyard.redis import WaitGroup
 
 
@@ -157,7 +158,9 @@ def main() -> None:
     parser.add_argument("--token", help="done, adopt: the token")
     args = parser.parse_args()
 
-    wg = WaitGroup(args.url, args.name, limit=args.limit, ttl=args.ttl)
+    # The URL picks the backend, as the lockyard command's --url does.
+    group = lockyard.etcd.WaitGroup if args.url.startswith("etcd") else WaitGroup
+    wg = group(args.url, args.name, limit=args.limit, ttl=args.ttl)
     with open(args.reports, "a") as reports:
         MODES[args.mode](wg, args, Reports(reports))
 

@@ -140,8 +140,9 @@ module WaitGroupWorker
 
   def main(argv)
     options = parse(argv)
-    wg = Lockyard::Redis::WaitGroup.new(url: options[:url], name: options[:name], limit: options[:limit],
-                                        ttl: options[:ttl])
+    # The URL picks the backend, as the lockyard command's --url does.
+    group = options[:url].start_with?("etcd") ? Lockyard::Etcd::WaitGroup : Lockyard::Redis::WaitGroup
+    wg = group.new(url: options[:url], name: options[:name], limit: options[:limit], ttl: options[:ttl])
     File.open(options[:reports], "a") do |reports|
       @reports = reports
       public_send(options[:mode], wg, options)

@@ -15,6 +15,7 @@ from typing_extensions import Self, final
 
 __all__ = [
     "EtcdLock",
+    "EtcdWaitGroup",
     "GcsLock",
     "QuorumRwLock",
     "RedisClaim",
@@ -155,9 +156,41 @@ class RedisWaitGroup:
     def limit(self) -> int: ...
 
 @final
+class EtcdWaitGroup:
+    """At most ``limit`` holders at a time across every process, on etcd,
+    exported as ``lockyard.etcd.WaitGroup``. Slots are the ``limit`` oldest
+    keys of the name (FIFO; fencing token = the key's create revision) and
+    belong to the process, as with ``lockyard.redis.WaitGroup``.
+    """
+
+    def __new__(
+        cls,
+        url: str,
+        name: str,
+        limit: int,
+        ttl: float = 30.0,
+        *,
+        connect_timeout: float = 5.0,
+    ) -> Self: ...
+    def add(self, timeout: float | None = None) -> str: ...
+    def done(self, token: str) -> bool: ...
+    def adopt(self, token: str) -> bool: ...
+    def slot(self, timeout: float | None = None) -> RedisSlot: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+    def count(self) -> int: ...
+    def healthy(self, token: str) -> bool: ...
+    def check_health(self, token: str) -> None: ...
+    def fencing_token(self, token: str) -> int | None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def limit(self) -> int: ...
+
+@final
 class RedisSlot:
-    """One slot of a wait group, taken by ``with wg.slot() as slot:`` and
-    freed when the block ends; exported as ``lockyard.redis.Slot``.
+    """One slot of a wait group (of either backend), taken by ``with
+    wg.slot() as slot:`` and freed when the block ends; exported as
+    ``lockyard.redis.Slot`` and ``lockyard.etcd.Slot``.
     """
 
     def __enter__(self) -> Self: ...

@@ -59,6 +59,35 @@ module Lockyard
       end
     end
 
+    # At most +limit+ holders at a time across every process, on etcd: the
+    # wait group of {Lockyard::Redis::WaitGroup} (add, done, adopt, wait,
+    # count, synchronize), its slots the +limit+ oldest keys of the name, so
+    # waiters are served in arrival order and a slot's fencing token is its
+    # key's create revision. A crashed holder's slot comes free when its
+    # lease runs out; slots taken by {#add} outlive a garbage-collected
+    # group until their ttl, for the process they were handed to.
+    #
+    #   quota = Lockyard::Etcd::WaitGroup.new(url: "etcd://127.0.0.1:2379", name: "api-quota", limit: 3)
+    #   quota.synchronize(timeout: 30) { |slot| slot.check_health! }
+    class WaitGroup
+      include Lockyard::SlotGroup
+
+      # @param url [String] as for {Lock.new}
+      # @param name [String] the group's name; groups of the same name share their slots
+      # @param limit [Integer] how many slots may be held at once, at least 1
+      # @param ttl [Numeric, nil] the lease's ttl in whole seconds, rounded up (default 30)
+      # @param connect_timeout [Numeric, nil] how long one request to a member may take
+      #   before the next member is tried (default 5)
+      # @raise [Lockyard::ConfigError]
+      def self.new(url:, name:, limit:, ttl: nil, connect_timeout: nil)
+        build(url, name, limit, ttl, connect_timeout)
+      end
+      private_class_method :build
+
+      # The slot {#synchronize} yields.
+      Slot = Lockyard::SlotGroup::Slot
+    end
+
     # @!method self.holder(url, name)
     #   @return [String, nil] the identity stored by the lock's current holder
   end

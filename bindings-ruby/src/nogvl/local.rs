@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use lockyard::group::SlotGroup;
 use lockyard::{etcd, gcs, quorum, redis, Result};
 
 /// A core object seen by a call that keeps the GVL: only the methods below.
@@ -89,7 +90,7 @@ impl Local<'_, redis::Session> {
     }
 }
 
-local!(redis::WaitGroup {
+local!(Box<dyn SlotGroup> {
     fn release_blocks_in_background() -> ();
     fn healthy(token: &str) -> bool;
     fn check_health(token: &str) -> Result<()>;

@@ -93,6 +93,16 @@ pub(crate) fn get(key: &str) -> Value {
     json!({"request_range": {"key": encode(key), "keys_only": true}})
 }
 
+/// The key with its value and lease.
+pub(crate) fn read(key: &str) -> Value {
+    json!({"request_range": {"key": encode(key)}})
+}
+
+/// The key's value is `value`.
+pub(crate) fn valued(key: &str, value: &str) -> Value {
+    json!({"key": encode(key), "target": "VALUE", "result": "EQUAL", "value": encode(value)})
+}
+
 /// The key's create revision is `revision` (0: the key does not exist).
 pub(crate) fn created_at(key: &str, revision: i64) -> Value {
     json!({"key": encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": revision})

@@ -22,6 +22,7 @@ use super::kv;
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
+use crate::limits;
 use crate::runtime;
 
 /// How long a key given up is looked for after a delete of it succeeded: a
@@ -40,6 +41,10 @@ pub(crate) struct Leases {
     client: Arc<Client>,
     ttl_secs: i64,
     pid: u32,
+    /// Whether dropping the last user revokes the lease, freeing at once
+    /// what rides on it (false for a wait group's: handed-off slots must
+    /// run out after ttl, never sooner).
+    revoke_on_drop: bool,
     current: tokio::sync::Mutex<Option<Arc<Lease>>>,
 }
 
@@ -89,14 +94,24 @@ impl Leases {
         if let Some(leases) = found {
             return leases;
         }
-        let leases = Arc::new(Leases {
-            client: client.clone(),
-            ttl_secs,
-            pid,
-            current: tokio::sync::Mutex::new(None),
-        });
+        let leases = Arc::new(Leases::new(client, ttl_secs, true));
         registry.push(Arc::downgrade(&leases));
         leases
+    }
+
+    /// Leases of one object alone, left to run out when it is dropped.
+    pub(crate) fn own(client: &Arc<Client>, ttl_secs: i64) -> Arc<Leases> {
+        Arc::new(Leases::new(client, ttl_secs, false))
+    }
+
+    fn new(client: &Arc<Client>, ttl_secs: i64, revoke_on_drop: bool) -> Leases {
+        Leases {
+            client: client.clone(),
+            ttl_secs,
+            pid: std::process::id(),
+            revoke_on_drop,
+            current: tokio::sync::Mutex::new(None),
+        }
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -157,6 +172,17 @@ impl Leases {
     }
 }
 
+/// A ttl in etcd's whole seconds, rounded up.
+pub(crate) fn ttl_secs(ttl: Duration) -> Result<i64> {
+    limits::period("ttl", ttl)?;
+    if ttl < Duration::from_secs(1) {
+        return Err(Error::config(format!(
+            "ttl must be at least 1 s (etcd's leases are whole seconds), got {ttl:?}"
+        )));
+    }
+    Ok(ttl.as_secs() as i64 + i64::from(ttl.subsec_nanos() > 0))
+}
+
 /// A random positive lease id (etcd's ids are positive int64s).
 fn lease_id() -> i64 {
     let mut bytes = [0u8; 8];
@@ -166,7 +192,8 @@ fn lease_id() -> i64 {
 
 impl Drop for Leases {
     /// No lock object uses these leases any more: the lease is revoked, and
-    /// with it any key still on it.
+    /// with it any key still on it (or, for [`Leases::own`], no longer kept
+    /// alive).
     fn drop(&mut self) {
         let Some(lease) = self.current.get_mut().take() else {
             return;
@@ -177,7 +204,7 @@ impl Drop for Leases {
             return;
         }
         lease.stop();
-        if !lease.is_lost() {
+        if self.revoke_on_drop && !lease.is_lost() {
             self.revoke_in_background(lease.id);
         }
     }

@@ -4,8 +4,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::client::Client;
-use super::leases::{Held, Lease, Leases};
-use super::queue::{Queue, Taken};
+use super::grant::{self, Grant};
+use super::leases::{self, Leases};
+use super::queue::Queue;
 use super::target::Target;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -13,7 +14,7 @@ use crate::holds::PerHolder;
 use crate::identity::{holder_identity, holder_number, random_hex};
 use crate::lease::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TTL};
 use crate::limits;
-use crate::runtime::{self, Ended};
+use crate::runtime;
 use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
 /// A distributed mutual-exclusion lock on etcd, for locks that must hold
@@ -46,16 +47,10 @@ pub struct Lock {
     leases: Mutex<Arc<Leases>>,
     prefix: String,
     default_timeout: Option<Duration>,
-    holds: PerHolder<Hold>,
+    holds: PerHolder<Grant>,
 }
 
-/// One holder's grant: its key, created at `held.revision`.
-struct Hold {
-    held: Arc<Held>,
-    lease: Arc<Lease>,
-}
-
-impl crate::holds::Held for Hold {
+impl crate::holds::Held for Grant {
     fn health(&self) -> &Health {
         &self.held.health
     }
@@ -108,7 +103,7 @@ impl LockBuilder {
     /// with at least one member.
     pub fn build(self) -> Result<Lock> {
         let target = Target::parse(&self.url)?;
-        let ttl_secs = ttl_secs(self.ttl)?;
+        let ttl_secs = leases::ttl_secs(self.ttl)?;
         limits::wait(self.timeout)?;
         let connect_timeout = limits::positive_period("connect_timeout", self.connect_timeout)?;
         let prefix = match self.identity_prefix {
@@ -123,7 +118,7 @@ impl LockBuilder {
         let queue = Arc::new(Queue::new(client.clone(), &self.name, 1, what.clone())?);
         let giver = queue.clone();
         Ok(Lock {
-            holds: PerHolder::new(what, move |hold| give_back(&giver, hold)),
+            holds: PerHolder::new(what, move |grant| grant::give_back(&giver, &grant)),
             leases: Mutex::new(Leases::shared(&client, ttl_secs)),
             queue,
             client,
@@ -132,28 +127,6 @@ impl LockBuilder {
             default_timeout: self.timeout,
         })
     }
-}
-
-/// A ttl in etcd's whole seconds, rounded up.
-fn ttl_secs(ttl: Duration) -> Result<i64> {
-    limits::period("ttl", ttl)?;
-    if ttl < Duration::from_secs(1) {
-        return Err(Error::config(format!(
-            "ttl must be at least 1 s (etcd's leases are whole seconds), got {ttl:?}"
-        )));
-    }
-    Ok(ttl.as_secs() as i64 + i64::from(ttl.subsec_nanos() > 0))
-}
-
-/// Deletes the hold's key if it is still the one taken; a delete that gets
-/// no answer is left to the lease's keep-alive task, which tries again.
-fn give_back(queue: &Queue, hold: Hold) -> Result<bool> {
-    let was_live = hold.held.health.is_healthy();
-    let left = runtime::block_on(queue.leave(&hold.held.key, hold.held.revision, was_live));
-    if left.is_err() {
-        hold.lease.stray(hold.held.key.clone());
-    }
-    left
 }
 
 impl Lock {
@@ -219,67 +192,17 @@ impl Lock {
         })
     }
 
-    fn take(&self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<Option<Hold>> {
-        if deadline.spent() {
-            return Ok(None);
-        }
-        // A first run whose deadline already passed still makes its attempt.
-        let one_attempt = deadline.is_one_attempt() || deadline.left() == Some(Duration::ZERO);
-        let leases = self.leases();
+    fn take(&self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<Option<Grant>> {
         let key = self.queue.key(&random_hex(12));
         let value = holder_identity(&self.prefix);
-        // The lease the key went on, once asked for: where a key left by a
-        // wait given up is handed for deletion.
-        let queued: Mutex<Option<Arc<Lease>>> = Mutex::new(None);
-        let taking = async {
-            if one_attempt && self.queue.is_full().await? {
-                return Ok(None);
-            }
-            // A lease etcd forgot (revoked, or run out while nothing was
-            // held) is found on the first put; one more try gets a new one.
-            for _ in 0..2 {
-                let until = std::time::Instant::now() + self.client.request_timeout();
-                let lease = leases.live(until).await?;
-                *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease.clone());
-                match self.queue.take(&key, &value, &lease, one_attempt).await? {
-                    Taken::Held(revision) => return Ok(Some((lease, revision))),
-                    Taken::Busy => return Ok(None),
-                    Taken::LeaseGone => continue,
-                }
-            }
-            Err(Error::backend(
-                self.client.shown(),
-                "granting a lease",
-                "etcd lost two leases in a row as soon as they were granted",
-            ))
-        };
-        let until = if one_attempt { None } else { deadline.at() };
-        let ended = runtime::block_on_interruptibly(taking, until, interrupted);
-        let given_up = || {
-            if let Some(lease) = queued.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                lease.stray(key.clone());
-            }
-        };
-        match ended {
-            Ended::Done(Ok(Some((lease, revision)))) => Ok(Some(Hold {
-                held: lease.hold(key.clone(), revision),
-                lease,
-            })),
-            // One attempt that found the lock held took its key out again.
-            Ended::Done(Ok(None)) => Ok(None),
-            Ended::TimedOut => {
-                given_up();
-                Ok(None)
-            }
-            Ended::Done(Err(e)) => {
-                given_up();
-                Err(e)
-            }
-            Ended::Interrupted => {
-                given_up();
-                Err(Error::Interrupted(self.queue.what().to_owned()))
-            }
-        }
+        grant::take(
+            &self.queue,
+            &self.leases(),
+            &key,
+            &value,
+            deadline,
+            interrupted,
+        )
     }
 
     /// This process's leases: after a fork, the child's own.
@@ -297,8 +220,9 @@ impl Lock {
     /// # Errors
     /// [`Error::NotLocked`] if the calling thread does not hold it.
     pub fn release(&self) -> Result<bool> {
-        self.holds
-            .release(holder_number(), |hold| give_back(&self.queue, hold))
+        self.holds.release(holder_number(), |grant| {
+            grant::give_back(&self.queue, &grant)
+        })
     }
 
     /// Ends a block that acquired the lock on the calling thread: releases
@@ -308,8 +232,9 @@ impl Lock {
     /// # Errors
     /// [`Error::NotLocked`] if the calling thread holds nothing.
     pub fn leave(&self) -> Result<bool> {
-        self.holds
-            .leave(holder_number(), |hold| give_back(&self.queue, hold))
+        self.holds.leave(holder_number(), |grant| {
+            grant::give_back(&self.queue, &grant)
+        })
     }
 
     /// Whether the calling thread holds the lock and its lease is surely

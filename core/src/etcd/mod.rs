@@ -14,12 +14,19 @@
 
 mod admin;
 mod client;
+mod grant;
 mod kv;
 mod leases;
 mod lock;
 mod queue;
+mod slots;
 mod target;
+mod wait_group;
 
 pub use crate::state::{HolderState, LockState};
 pub use admin::{force_release, holder, inspect};
 pub use lock::{Lock, LockBuilder, LockGuard};
+pub use wait_group::{WaitGroup, WaitGroupBuilder};
+
+/// One held slot of a [`WaitGroup`]; freed on drop.
+pub type Slot<'a> = crate::group::Slot<'a, WaitGroup>;

@@ -29,10 +29,10 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 pub(crate) struct Queue {
-    client: Arc<Client>,
+    pub(crate) client: Arc<Client>,
     /// `lockyard/<escaped name>/`
-    prefix: String,
-    limit: i64,
+    pub(crate) prefix: String,
+    pub(crate) limit: i64,
     /// "lock \"deploy\"", for messages.
     what: String,
 }
@@ -82,19 +82,24 @@ impl Queue {
         &self.what
     }
 
+    /// The cluster's members, for messages.
+    pub(crate) fn shown(&self) -> &str {
+        self.client.shown()
+    }
+
     /// A key of this line for one acquire.
     pub(crate) fn key(&self, nonce: &str) -> String {
         format!("{}{nonce}", self.prefix)
     }
 
     /// How long one request may be retried on other members.
-    fn until(&self) -> Instant {
+    pub(crate) fn request_until(&self) -> Instant {
         Instant::now() + self.client.request_timeout()
     }
 
-    async fn call(&self, path: &str, body: &Value, operation: &str) -> Result<Value> {
+    pub(crate) async fn call(&self, path: &str, body: &Value, operation: &str) -> Result<Value> {
         self.client
-            .call(path, body, self.until())
+            .call(path, body, self.request_until())
             .await
             .map_err(|fault| fault.into_error(&self.client, operation))
     }
@@ -226,7 +231,7 @@ impl Queue {
             ],
             "failure": [kv::get(key), holders],
         });
-        let answer = match self.client.call("kv/txn", &txn, self.until()).await {
+        let answer = match self.client.call("kv/txn", &txn, self.request_until()).await {
             Err(fault) if fault.is_lease_gone() => {
                 lease.gone();
                 return Ok(None);
@@ -287,7 +292,7 @@ impl Queue {
     /// Resolves when `ahead` (or, when empty, any key of the line) is
     /// deleted at or after `from` (true), when the watch ends, or after
     /// [`WATCH_RENEWAL`] (false).
-    async fn until_gone(&self, ahead: &str, from: i64) -> Result<bool> {
+    pub(crate) async fn until_gone(&self, ahead: &str, from: i64) -> Result<bool> {
         let mut create = json!({"start_revision": from, "filters": ["NOPUT"]});
         if ahead.is_empty() {
             create["key"] = kv::encode(&self.prefix).into();
@@ -298,7 +303,11 @@ impl Queue {
         let watch = async {
             let mut lines = match self
                 .client
-                .stream("watch", &json!({"create_request": create}), self.until())
+                .stream(
+                    "watch",
+                    &json!({"create_request": create}),
+                    self.request_until(),
+                )
                 .await
             {
                 Ok(lines) => lines,
@@ -348,7 +357,7 @@ impl Queue {
         });
         let (answer, resent) = self
             .client
-            .call_tracked("kv/txn", &txn, self.until())
+            .call_tracked("kv/txn", &txn, self.request_until())
             .await
             .map_err(|fault| fault.into_error(&self.client, "releasing the lock"))?;
         let deleted = answer["succeeded"].as_bool() == Some(true);

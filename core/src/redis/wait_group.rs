@@ -3,7 +3,6 @@
 //! it from any process, `adopt(token)` moves its lease to the process that
 //! works on it, `wait` returns once no slot is held.
 
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use super::hold::Hold;
@@ -132,11 +131,7 @@ impl WaitGroup {
     /// reached.
     pub fn acquire(&self, timeout: Option<Duration>) -> Result<Slot<'_>> {
         let token = self.enter(timeout, NEVER)?;
-        Ok(Slot {
-            group: self,
-            token,
-            _not_send: PhantomData,
-        })
+        Ok(Slot::new(self, token))
     }
 
     /// Takes a slot and returns its token (a UUID), to be freed with
@@ -357,38 +352,6 @@ impl Drop for WaitGroup {
 }
 
 /// One held slot of a [`WaitGroup`]; freed on drop.
-#[must_use = "the slot is freed as soon as the guard is dropped"]
-pub struct Slot<'a> {
-    group: &'a WaitGroup,
-    token: String,
-    _not_send: PhantomData<*const ()>,
-}
+pub type Slot<'a> = crate::group::Slot<'a, WaitGroup>;
 
-impl Slot<'_> {
-    /// The slot's token (what [`WaitGroup::done`] takes).
-    pub fn token(&self) -> &str {
-        &self.token
-    }
-    /// See [`WaitGroup::fencing_token`].
-    pub fn fencing_token(&self) -> u64 {
-        self.group
-            .fencing_token(&self.token)
-            .expect("a guard's slot is held")
-    }
-    /// See [`WaitGroup::healthy`].
-    pub fn healthy(&self) -> bool {
-        self.group.healthy(&self.token)
-    }
-    /// See [`WaitGroup::check_health`].
-    pub fn check_health(&self) -> Result<()> {
-        self.group.check_health(&self.token)
-    }
-}
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.group.leave(&self.token) {
-            log::warn!("freeing a slot failed: {e}");
-        }
-    }
-}
+crate::group::slot_group!(WaitGroup);

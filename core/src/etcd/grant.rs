@@ -1,0 +1,104 @@
+//! Taking a place in a line from a blocking caller: the key goes on this
+//! process's lease, the wait ends on the caller's deadline or interrupt,
+//! and a key left behind by a wait given up is handed to the lease to
+//! delete. Shared by the lock and the wait group.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::leases::{Held, Lease, Leases};
+use super::queue::{Queue, Taken};
+use crate::error::{Error, Result};
+use crate::runtime::{self, Ended};
+use crate::wait::{Deadline, Interrupt};
+
+/// A granted place: the key held, on the lease it rides on.
+pub(crate) struct Grant {
+    pub(crate) held: Arc<Held>,
+    pub(crate) lease: Arc<Lease>,
+}
+
+/// Puts `key` (with `value`) in `queue`'s line on a lease of `leases` and
+/// waits until it holds, until `deadline`. None when the deadline passed
+/// first (or one attempt found every place taken): nothing stays queued.
+pub(crate) fn take(
+    queue: &Queue,
+    leases: &Leases,
+    key: &str,
+    value: &str,
+    deadline: Deadline,
+    interrupted: Interrupt<'_>,
+) -> Result<Option<Grant>> {
+    if deadline.spent() {
+        return Ok(None);
+    }
+    // A first run whose deadline already passed still makes its attempt.
+    let one_attempt = deadline.is_one_attempt() || deadline.left() == Some(Duration::ZERO);
+    // The lease the key went on, once asked for: where a key left by a
+    // wait given up is handed for deletion.
+    let queued: Mutex<Option<Arc<Lease>>> = Mutex::new(None);
+    let taking = async {
+        if one_attempt && queue.is_full().await? {
+            return Ok(None);
+        }
+        // A lease etcd forgot (revoked, or run out while nothing was held)
+        // is found on the first put; one more try gets a new one.
+        for _ in 0..2 {
+            let lease = leases.live(queue.request_until()).await?;
+            *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease.clone());
+            match queue.take(key, value, &lease, one_attempt).await? {
+                Taken::Held(revision) => return Ok(Some((lease, revision))),
+                Taken::Busy => return Ok(None),
+                Taken::LeaseGone => continue,
+            }
+        }
+        Err(two_leases_lost(queue))
+    };
+    let until = if one_attempt { None } else { deadline.at() };
+    let ended = runtime::block_on_interruptibly(taking, until, interrupted);
+    let given_up = || {
+        if let Some(lease) = queued.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            lease.stray(key.to_owned());
+        }
+    };
+    match ended {
+        Ended::Done(Ok(Some((lease, revision)))) => Ok(Some(Grant {
+            held: lease.hold(key.to_owned(), revision),
+            lease,
+        })),
+        // One attempt that found the line full took its key out again.
+        Ended::Done(Ok(None)) => Ok(None),
+        Ended::TimedOut => {
+            given_up();
+            Ok(None)
+        }
+        Ended::Done(Err(e)) => {
+            given_up();
+            Err(e)
+        }
+        Ended::Interrupted => {
+            given_up();
+            Err(Error::Interrupted(queue.what().to_owned()))
+        }
+    }
+}
+
+pub(crate) fn two_leases_lost(queue: &Queue) -> Error {
+    Error::backend(
+        queue.shown(),
+        "granting a lease",
+        "etcd lost two leases in a row as soon as they were granted",
+    )
+}
+
+/// Deletes the grant's key if it is still the one taken; a delete that
+/// gets no answer is left to the lease's keep-alive task, which tries
+/// again.
+pub(crate) fn give_back(queue: &Queue, grant: &Grant) -> Result<bool> {
+    let was_live = grant.held.health.is_healthy();
+    let left = runtime::block_on(queue.leave(&grant.held.key, grant.held.revision, was_live));
+    if left.is_err() {
+        grant.lease.stray(grant.held.key.clone());
+    }
+    left
+}
