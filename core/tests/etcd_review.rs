@@ -4,10 +4,9 @@
 mod etcd_support;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_support::EtcdServer;
+use etcd_support::{EtcdServer, Proxy};
 use lockyard::etcd::Lock;
 use lockyard::Error;
 
@@ -227,79 +226,6 @@ fn a_release_that_failed_during_a_long_outage_frees_the_lock_once_etcd_is_back()
     );
 }
 
-/// A proxy in front of one etcd member, one request per connection, that
-/// can lose the reply to the next request whose body contains `marker`:
-/// the request reaches etcd and is committed, the caller sees the
-/// connection close without an answer.
-struct LossyProxy {
-    port: u16,
-    lose_next: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl LossyProxy {
-    fn start(upstream: u16, marker: &'static str) -> LossyProxy {
-        use std::io::{Read, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let lose_next = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let lose = lose_next.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(mut client) = client else { return };
-                let lose = lose.clone();
-                std::thread::spawn(move || {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 8192];
-                    let head_end = loop {
-                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
-                        }
-                        match client.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    };
-                    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            let (k, v) = l.split_once(':')?;
-                            k.eq_ignore_ascii_case("content-length")
-                                .then(|| v.trim().parse().ok())?
-                        })
-                        .unwrap_or(0);
-                    while buf.len() < head_end + length {
-                        match client.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    let body = String::from_utf8_lossy(&buf[head_end..]).to_string();
-                    let mut request = head[..head.len() - 2].to_string();
-                    request.push_str("connection: close\r\n\r\n");
-                    let Ok(mut up) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
-                        return;
-                    };
-                    if up.write_all(request.as_bytes()).is_err()
-                        || up.write_all(&buf[head_end..]).is_err()
-                    {
-                        return;
-                    }
-                    let mut response = Vec::new();
-                    let _ = up.read_to_end(&mut response);
-                    if body.contains(marker) && lose.swap(false, Ordering::SeqCst) {
-                        let _ = client.shutdown(std::net::Shutdown::Both);
-                        return;
-                    }
-                    let _ = client.write_all(&response);
-                    let _ = client.shutdown(std::net::Shutdown::Both);
-                });
-            }
-        });
-        LossyProxy { port, lose_next }
-    }
-}
-
 /// Must hold: a release whose delete was committed but whose reply was
 /// lost (the client retries it, as it retries every request) answers
 /// Ok(true): the hold was kept to the end. In the first version the retried compare found
@@ -308,7 +234,7 @@ impl LossyProxy {
 #[test]
 fn a_release_whose_reply_was_lost_still_answers_true() {
     let server = EtcdServer::start();
-    let proxy = LossyProxy::start(server.client_port, "request_delete_range");
+    let proxy = Proxy::start(server.client_port, "request_delete_range");
     let lock = lock_ttl(
         &format!("etcd://127.0.0.1:{}", proxy.port),
         "lost-reply",
@@ -347,7 +273,7 @@ fn a_member_that_is_not_a_host_is_a_config_error_at_build() {
 #[test]
 fn a_lease_grant_whose_reply_was_lost_leaves_no_lease_behind() {
     let server = EtcdServer::start();
-    let proxy = LossyProxy::start(server.client_port, "\"TTL\"");
+    let proxy = Proxy::start(server.client_port, "\"TTL\"");
     let lock = lock_ttl(
         &format!("etcd://127.0.0.1:{}", proxy.port),
         "lost-grant",

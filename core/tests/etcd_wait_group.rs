@@ -213,3 +213,44 @@ fn bad_options_are_config_errors() {
         assert!(matches!(built, Err(Error::Config(_))), "{:?}", built.err());
     }
 }
+
+#[test]
+fn a_name_held_for_one_limit_is_refused_for_another_and_inspected_with_its_own() {
+    let server = EtcdServer::start();
+    let lock = lockyard::etcd::Lock::builder(server.url(), "mixed")
+        .ttl(TTL)
+        .build()
+        .unwrap();
+    let three = group(&server, "mixed", 3);
+    let two = group(&server, "mixed", 2);
+    let guard = lock.acquire(None).unwrap();
+    let err = three.add(None, &|| false).unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(m) if m.contains("held as a lock")),
+        "{err}"
+    );
+    assert_eq!(server.keys().len(), 1, "a refused entry leaves no key");
+    drop(guard);
+    let token = two.add(None, &|| false).unwrap();
+    let err = three.add(Duration::ZERO, &|| false).unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(m) if m.contains("limit 2")),
+        "{err}"
+    );
+    let err = lock.acquire(Some(Duration::from_secs(1))).err().unwrap();
+    assert!(matches!(err, Error::Config(_)), "{err}");
+    let second = two.add(None, &|| false).unwrap();
+    let state = lockyard::etcd::inspect(&server.url(), "mixed").unwrap();
+    assert_eq!(
+        (state.limit, state.holders.len(), state.waiters),
+        (Some(2), 2, 0)
+    );
+    assert_eq!(
+        lockyard::etcd::force_release(&server.url(), "mixed").unwrap(),
+        2
+    );
+    assert!(!two.done(&token).unwrap() && !two.done(&second).unwrap());
+    let third = three.add(None, &|| false).unwrap();
+    assert!(three.done(&third).unwrap());
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+}

@@ -43,8 +43,9 @@ pub fn inspect(url: &str, name: &str) -> Result<LockState> {
     let queue = queue(url, name)?;
     runtime::block_on(async {
         let line = queue.line().await?;
+        let limit = line_limit(&queue, &line);
         let mut holders = Vec::new();
-        for entry in line.iter().take(1) {
+        for entry in line.iter().take(limit as usize) {
             holders.push(HolderState {
                 holder: entry.value.clone(),
                 fencing_token: entry.create_revision as u64,
@@ -54,11 +55,20 @@ pub fn inspect(url: &str, name: &str) -> Result<LockState> {
         }
         Ok(LockState {
             waiters: (line.len() - holders.len()) as u32,
-            limit: (!line.is_empty()).then_some(1),
+            limit: (!line.is_empty()).then_some(limit),
             holders,
             lock_delay: None,
         })
     })
+}
+
+/// How many of `line` hold: the limit its oldest key was put with (1 for
+/// a lock; a wait group's keys carry theirs).
+fn line_limit(queue: &Queue, line: &[kv::Entry]) -> u32 {
+    line.first()
+        .and_then(|entry| queue.limit_of(&entry.key))
+        .and_then(|limit| u32::try_from(limit).ok())
+        .unwrap_or(1)
 }
 
 /// Removes the holder of `name`, whoever it is: its key is deleted, the
@@ -71,7 +81,8 @@ pub fn force_release(url: &str, name: &str) -> Result<u32> {
     let queue = queue(url, name)?;
     runtime::block_on(async {
         let mut removed = 0;
-        for entry in queue.holders().await? {
+        let line = queue.line().await?;
+        for entry in line.iter().take(line_limit(&queue, &line) as usize) {
             let delete = json!({"key": kv::encode(&entry.key)});
             let answer = queue.delete(&delete).await?;
             removed += kv::number(&answer["deleted"]) as u32;

@@ -45,6 +45,8 @@ pub(crate) enum Fault {
     Refused { code: i64, message: String },
     /// No member answered before the deadline: the last failure seen.
     Unanswered(String),
+    /// The member could not be reached: the request was never sent.
+    Unsent(String),
 }
 
 impl Fault {
@@ -67,7 +69,7 @@ impl Fault {
     pub(crate) fn into_error(self, client: &Client, operation: &str) -> Error {
         match self {
             Fault::Refused { message, .. } => Error::backend(client.shown(), operation, message),
-            Fault::Unanswered(message) => Error::backend_transient(
+            Fault::Unanswered(message) | Fault::Unsent(message) => Error::backend_transient(
                 client.shown(),
                 operation,
                 format!(
@@ -166,9 +168,13 @@ impl Client {
                 Err(Fault::Refused { code, message }) if !is_passing(code, &message) => {
                     return Err(Fault::Refused { code, message })
                 }
-                Err(Fault::Refused { message, .. }) | Err(Fault::Unanswered(message)) => message,
+                // Never sent: a repeat cannot meet an earlier attempt's write.
+                Err(Fault::Unsent(message)) => message,
+                Err(Fault::Refused { message, .. }) | Err(Fault::Unanswered(message)) => {
+                    resent = true;
+                    message
+                }
             };
-            resent = true;
             // The next member, from the one that failed.
             let _ = self.preferred.compare_exchange(
                 member,
@@ -377,6 +383,9 @@ fn unanswered(base: &str, error: &reqwest::Error) -> Fault {
     while let Some(e) = cause {
         message.push_str(&format!(": {e}"));
         cause = e.source();
+    }
+    if error.is_connect() {
+        return Fault::Unsent(message);
     }
     Fault::Unanswered(message)
 }

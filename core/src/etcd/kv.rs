@@ -10,7 +10,7 @@ pub(crate) fn encode(text: &str) -> String {
     STANDARD.encode(text)
 }
 
-fn decode(field: &Value) -> String {
+pub(crate) fn decode(field: &Value) -> String {
     let bytes = STANDARD
         .decode(field.as_str().unwrap_or_default())
         .unwrap_or_default();

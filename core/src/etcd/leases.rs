@@ -204,8 +204,16 @@ impl Drop for Leases {
             return;
         }
         lease.stop();
-        if self.revoke_on_drop && !lease.is_lost() {
+        if lease.is_lost() {
+            return;
+        }
+        // A group's lease may carry slots handed to other processes: those
+        // must run out after ttl. With none, revoking frees what a wait
+        // given up may have left on it; else that is deleted by hand.
+        if self.revoke_on_drop || lease.held().is_empty() {
             self.revoke_in_background(lease.id);
+        } else {
+            lease.sweep_after_drop();
         }
     }
 }
@@ -382,6 +390,25 @@ impl Lease {
                 }
             }
         }
+    }
+
+    /// Goes on deleting strays, in the background, once the lease is no
+    /// longer kept alive: a put sent before a wait was given up may still
+    /// land. Ends when none is looked for, or when the lease ran out anyway.
+    fn sweep_after_drop(self: Arc<Self>) {
+        drop(runtime::spawn(async move {
+            let until = Instant::now() + STRAY_WATCH.max(self.ttl);
+            while Instant::now() < until
+                && !self
+                    .strays
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_empty()
+            {
+                self.sweep_strays().await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }));
     }
 
     /// Deletes the strays that exist; forgets those that were gone for

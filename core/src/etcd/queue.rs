@@ -87,9 +87,34 @@ impl Queue {
         self.client.shown()
     }
 
-    /// A key of this line for one acquire.
+    /// A key of this line for one acquire: `<prefix><limit>.<nonce>`. The
+    /// limit in every key lets each entry see what the holders took the
+    /// name for (a lock, or a wait group of which limit).
     pub(crate) fn key(&self, nonce: &str) -> String {
-        format!("{}{nonce}", self.prefix)
+        format!("{}{}.{nonce}", self.prefix, self.limit)
+    }
+
+    /// The limit `key` was put with (None for a key not of this shape).
+    pub(crate) fn limit_of(&self, key: &str) -> Option<i64> {
+        let (limit, _) = key.strip_prefix(&self.prefix)?.split_once('.')?;
+        limit.parse().ok()
+    }
+
+    /// A `ConfigError` for a name held under `limit`, not this line's.
+    fn mismatch(&self, limit: Option<i64>) -> Error {
+        let theirs = match limit {
+            Some(1) => "a lock".to_owned(),
+            Some(limit) => format!("a wait group of limit {limit}"),
+            None => "something other than lockyard".to_owned(),
+        };
+        let ours = match self.limit {
+            1 => "a lock".to_owned(),
+            limit => format!("a wait group of limit {limit}"),
+        };
+        Error::config(format!(
+            "{} is held as {theirs}; it cannot be taken as {ours} until every holder and waiter is gone",
+            self.what
+        ))
     }
 
     /// How long one request may be retried on other members.
@@ -148,6 +173,11 @@ impl Queue {
             match place {
                 Place::Holds => return Ok(Taken::Held(revision)),
                 Place::Gone => {
+                    // Its own lease going takes the key with it, often
+                    // before the keep-alive has noticed: ask, to say which.
+                    if lease.loss().is_none() && self.lease_ttl(lease.id).await? < 0 {
+                        lease.gone();
+                    }
                     return Err(Error::backend(
                         self.client.shown(),
                         "waiting",
@@ -158,7 +188,7 @@ impl Queue {
                                 .loss()
                                 .unwrap_or_else(|| "deleted by someone else".into())
                         ),
-                    ))
+                    ));
                 }
                 Place::Behind { .. } if one_attempt => {
                     self.leave(key, revision, true).await?;
@@ -200,13 +230,13 @@ impl Queue {
         next: bool,
         lease: &Lease,
     ) -> Result<Turn> {
-        let mut watch = pin!(self.until_gone(ahead, read_at + 1));
+        let mut watch = pin!(self.until_gone(ahead, key, read_at + 1));
         let mut lost = pin!(lease.lost());
         loop {
             let tick = tokio::time::sleep(self.client.request_timeout());
             match first_of(watch.as_mut(), lost.as_mut(), tick).await {
                 // The holder just ahead went: this key holds, no read needed.
-                Ended::Watch(Ok(true)) if next => return Ok(Turn::Holds),
+                Ended::Watch(Ok(Gone::Ahead)) if next => return Ok(Turn::Holds),
                 Ended::Watch(ended) => return ended.map(|_| Turn::Look),
                 Ended::Lost => return Ok(Turn::Lost),
                 Ended::Tick => match self.place(key, revision).await {
@@ -240,15 +270,24 @@ impl Queue {
                 answer.map_err(|fault| fault.into_error(&self.client, "queueing for the lock"))?
             }
         };
-        let holds = kv::entries(kv::response(&answer, 1))
+        let holders = kv::entries(kv::response(&answer, 1));
+        let holds = holders.iter().any(|entry| entry.key == key);
+        let revision = match answer["succeeded"].as_bool() {
+            Some(true) => kv::revision(&answer),
+            _ => kv::entries(kv::response(&answer, 0))
+                .first()
+                .map_or(kv::revision(&answer), |entry| entry.create_revision),
+        };
+        // Every entry reads the holders, and the oldest key always holds:
+        // a name taken for something else is found here, before any wait.
+        let foreign = holders
             .iter()
-            .any(|entry| entry.key == key);
-        if answer["succeeded"].as_bool() == Some(true) {
-            return Ok(Some((kv::revision(&answer), holds)));
+            .map(|entry| self.limit_of(&entry.key))
+            .find(|limit| *limit != Some(self.limit));
+        if let Some(limit) = foreign {
+            self.leave(key, revision, true).await?;
+            return Err(self.mismatch(limit));
         }
-        let revision = kv::entries(kv::response(&answer, 0))
-            .first()
-            .map_or(kv::revision(&answer), |entry| entry.create_revision);
         Ok(Some((revision, holds)))
     }
 
@@ -290,15 +329,27 @@ impl Queue {
     }
 
     /// Resolves when `ahead` (or, when empty, any key of the line) is
-    /// deleted at or after `from` (true), when the watch ends, or after
-    /// [`WATCH_RENEWAL`] (false).
-    pub(crate) async fn until_gone(&self, ahead: &str, from: i64) -> Result<bool> {
+    /// deleted at or after `from`, when `own` is (a waiter's own key, which
+    /// may go in the same revision: a lease shared with the holder,
+    /// revoked), when the watch ends, or after [`WATCH_RENEWAL`].
+    pub(crate) async fn until_gone(&self, ahead: &str, own: &str, from: i64) -> Result<Gone> {
         let mut create = json!({"start_revision": from, "filters": ["NOPUT"]});
         if ahead.is_empty() {
             create["key"] = kv::encode(&self.prefix).into();
             create["range_end"] = kv::prefix_end(&self.prefix).into();
-        } else {
+        } else if own.is_empty() {
             create["key"] = kv::encode(ahead).into();
+        } else {
+            // One watch over both keys (and whatever sorts between them,
+            // whose deletes are passed over), so that both deletes of one
+            // revision come in one message.
+            let (low, high) = if ahead < own {
+                (ahead, own)
+            } else {
+                (own, ahead)
+            };
+            create["key"] = kv::encode(low).into();
+            create["range_end"] = kv::encode(&format!("{high}\0")).into();
         }
         let watch = async {
             let mut lines = match self
@@ -311,10 +362,10 @@ impl Queue {
                 .await
             {
                 Ok(lines) => lines,
-                Err(Fault::Unanswered(_)) => {
+                Err(Fault::Unanswered(_) | Fault::Unsent(_)) => {
                     // No member took the watch: read the place again after a pause.
                     tokio::time::sleep(Duration::from_millis(200)).await;
-                    return Ok(false);
+                    return Ok(Gone::Nothing);
                 }
                 Err(fault) => return Err(fault.into_error(&self.client, "watching the lock")),
             };
@@ -322,26 +373,32 @@ impl Queue {
                 match lines.next().await {
                     Ok(Some(message)) => {
                         let result = &message["result"];
-                        let deleted = result["events"]
+                        let deleted: Vec<String> = result["events"]
                             .as_array()
-                            .is_some_and(|events| !events.is_empty());
-                        if deleted {
-                            return Ok(true);
+                            .map(|events| {
+                                events.iter().map(|e| kv::decode(&e["kv"]["key"])).collect()
+                            })
+                            .unwrap_or_default();
+                        if !own.is_empty() && deleted.iter().any(|key| key == own) {
+                            return Ok(Gone::Own);
+                        }
+                        if deleted.iter().any(|key| ahead.is_empty() || key == ahead) {
+                            return Ok(Gone::Ahead);
                         }
                         if result["canceled"].as_bool() == Some(true) {
-                            return Ok(false);
+                            return Ok(Gone::Nothing);
                         }
                     }
-                    Ok(None) => return Ok(false),
-                    Err(fault) if fault.is_compacted() => return Ok(false),
-                    Err(Fault::Unanswered(_)) => return Ok(false),
+                    Ok(None) => return Ok(Gone::Nothing),
+                    Err(fault) if fault.is_compacted() => return Ok(Gone::Nothing),
+                    Err(Fault::Unanswered(_) | Fault::Unsent(_)) => return Ok(Gone::Nothing),
                     Err(fault) => return Err(fault.into_error(&self.client, "watching the lock")),
                 }
             }
         };
         tokio::time::timeout(WATCH_RENEWAL, watch)
             .await
-            .unwrap_or(Ok(false))
+            .unwrap_or(Ok(Gone::Nothing))
     }
 
     /// Deletes `key` if it is still the one created at `revision`: true if
@@ -380,10 +437,17 @@ impl Queue {
 
     /// How long `lease` lasts on etcd's clock (zero once it is gone).
     pub(crate) async fn lease_left(&self, lease: i64) -> Result<Duration> {
+        Ok(Duration::from_secs(
+            self.lease_ttl(lease).await?.max(0) as u64
+        ))
+    }
+
+    /// The seconds etcd gives `lease`: -1 once it is gone.
+    async fn lease_ttl(&self, lease: i64) -> Result<i64> {
         let answer = self
             .call("lease/timetolive", &json!({"ID": lease}), "reading a lease")
             .await?;
-        Ok(Duration::from_secs(kv::number(&answer["TTL"]).max(0) as u64))
+        Ok(kv::number(&answer["TTL"]))
     }
 
     /// The oldest `limit` keys: the holders, with their values.
@@ -404,16 +468,26 @@ enum Turn {
     Lost,
 }
 
+/// What a watch of the line saw go.
+pub(crate) enum Gone {
+    /// The key watched (or, watching the whole line, any key).
+    Ahead,
+    /// The watcher's own key.
+    Own,
+    /// Nothing: the watch ended or was renewed.
+    Nothing,
+}
+
 /// How one turn of waiting ended.
 enum Ended {
-    Watch(Result<bool>),
+    Watch(Result<Gone>),
     Lost,
     Tick,
 }
 
 /// Whichever of the watch, the lease's loss and the tick ends first.
 async fn first_of(
-    mut watch: Pin<&mut impl Future<Output = Result<bool>>>,
+    mut watch: Pin<&mut impl Future<Output = Result<Gone>>>,
     mut lost: Pin<&mut impl Future<Output = ()>>,
     tick: impl Future<Output = ()>,
 ) -> Ended {

@@ -119,7 +119,7 @@ impl Queue {
                 Err(e) => return Err(e),
             };
             pause = Duration::from_millis(100);
-            let watch = self.until_gone("", revision + 1);
+            let watch = self.until_gone("", "", revision + 1);
             match tokio::time::timeout(self.client.request_timeout(), watch).await {
                 Ok(Err(e)) if !e.is_transient() => return Err(e),
                 _ => continue,

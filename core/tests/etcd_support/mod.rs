@@ -3,6 +3,10 @@
 
 #![allow(dead_code)]
 
+mod proxy;
+#[allow(unused_imports)] // only the review tests use it
+pub use proxy::Proxy;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

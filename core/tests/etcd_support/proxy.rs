@@ -1,0 +1,110 @@
+//! A proxy in front of one etcd member, for replies lost, requests held
+//! in flight and a member gone away.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Forwards one HTTP request per connection to `upstream` ; `lose_next` loses the reply to the next
+/// request whose body contains `marker`, `down` closes the listening port
+/// for good (a member that went away: connections are refused).
+pub struct Proxy {
+    pub port: u16,
+    pub lose_next: Arc<AtomicBool>,
+    pub down: Arc<AtomicBool>,
+    /// Holds requests whose body contains `marker` this long before
+    /// forwarding them (a request in flight), while set (ms).
+    pub delay_ms: Arc<AtomicUsize>,
+}
+
+impl Proxy {
+    pub fn start(upstream: u16, marker: &'static str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let lose_next = Arc::new(AtomicBool::new(false));
+        let down = Arc::new(AtomicBool::new(false));
+        let delay_ms = Arc::new(AtomicUsize::new(0));
+        let (lose, is_down, delay) = (lose_next.clone(), down.clone(), delay_ms.clone());
+        std::thread::spawn(move || loop {
+            if is_down.load(Ordering::SeqCst) {
+                drop(listener);
+                return;
+            }
+            let client = match listener.accept() {
+                Ok((client, _)) => client,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+            };
+            client.set_nonblocking(false).unwrap();
+            let (lose, delay) = (lose.clone(), delay.clone());
+            std::thread::spawn(move || forward(client, upstream, marker, &lose, &delay));
+        });
+        Proxy {
+            port,
+            lose_next,
+            down,
+            delay_ms,
+        }
+    }
+}
+
+fn forward(
+    mut client: TcpStream,
+    upstream: u16,
+    marker: &str,
+    lose: &AtomicBool,
+    delay: &AtomicUsize,
+) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match client.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        match client.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = String::from_utf8_lossy(&buf[head_end..]).to_string();
+    let hold = delay.load(Ordering::SeqCst);
+    if hold > 0 && body.contains(marker) {
+        std::thread::sleep(Duration::from_millis(hold as u64));
+    }
+    let mut request = head[..head.len() - 2].to_string();
+    request.push_str("connection: close\r\n\r\n");
+    let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else {
+        return;
+    };
+    if up.write_all(request.as_bytes()).is_err() || up.write_all(&buf[head_end..]).is_err() {
+        return;
+    }
+    let mut response = Vec::new();
+    let _ = up.read_to_end(&mut response);
+    if body.contains(marker) && lose.swap(false, Ordering::SeqCst) {
+        let _ = client.shutdown(std::net::Shutdown::Both);
+        return;
+    }
+    let _ = client.write_all(&response);
+    let _ = client.shutdown(std::net::Shutdown::Both);
+}
