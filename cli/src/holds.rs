@@ -1,5 +1,6 @@
 //! [`Hold`] for each primitive the command can run under.
 
+use lockyard::group::SlotGroup;
 use lockyard::redis::LockState;
 use lockyard::redis::{Election, Session};
 use lockyard::{etcd, gcs, quorum, redis, Deadline, Interrupt, Result};
@@ -51,9 +52,9 @@ impl Hold for gcs::Lock {
     }
 }
 
-/// A slot of a WaitGroup (`lockyard lock --limit N`).
+/// A slot of a WaitGroup of either backend (`lockyard lock --limit N`).
 pub struct Slot {
-    pub group: redis::WaitGroup,
+    pub group: Box<dyn SlotGroup>,
     pub token: Option<String>,
 }
 

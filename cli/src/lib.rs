@@ -112,7 +112,7 @@ impl Urls {
 struct LockArgs {
     #[command(flatten)]
     urls: Urls,
-    /// Take one of N slots (a WaitGroup) instead of an exclusive lock (Redis)
+    /// Take one of N slots (a WaitGroup) instead of an exclusive lock (Redis, etcd)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     limit: Option<u32>,
     /// Take a shared read lock (quorum only)
@@ -254,9 +254,9 @@ fn lock(args: LockArgs) -> Result<i32, Failure> {
             "--read needs several --url (a quorum of Redis servers)",
         ));
     }
-    if args.limit.is_some() && !matches!(backend, Backend::Redis(_)) {
+    if args.limit.is_some() && !matches!(backend, Backend::Redis(_) | Backend::Etcd(_)) {
         return Err(Failure::usage(
-            "--limit needs a single Redis URL (etcd's WaitGroup is still to come)",
+            "--limit needs a single Redis URL or an etcd URL",
         ));
     }
     let signals = Signals::install()?;
@@ -269,9 +269,11 @@ fn lock(args: LockArgs) -> Result<i32, Failure> {
             describe = Box::new(move || holds::describe_redis(&describe_url, &describe_name));
             match args.limit {
                 Some(limit) => Box::new(holds::Slot {
-                    group: redis::WaitGroup::builder(url, &name, limit)
-                        .ttl(args.ttl)
-                        .build()?,
+                    group: Box::new(
+                        redis::WaitGroup::builder(url, &name, limit)
+                            .ttl(args.ttl)
+                            .build()?,
+                    ),
                     token: None,
                 }),
                 None => Box::new(
@@ -286,12 +288,22 @@ fn lock(args: LockArgs) -> Result<i32, Failure> {
             let describe_url = url.clone();
             let describe_name = name.clone();
             describe = Box::new(move || holds::describe_etcd(&describe_url, &describe_name));
-            Box::new(
-                etcd::Lock::builder(url, &name)
-                    .ttl(args.ttl)
-                    .identity_prefix(hostname())
-                    .build()?,
-            )
+            match args.limit {
+                Some(limit) => Box::new(holds::Slot {
+                    group: Box::new(
+                        etcd::WaitGroup::builder(url, &name, limit)
+                            .ttl(args.ttl)
+                            .build()?,
+                    ),
+                    token: None,
+                }),
+                None => Box::new(
+                    etcd::Lock::builder(url, &name)
+                        .ttl(args.ttl)
+                        .identity_prefix(hostname())
+                        .build()?,
+                ),
+            }
         }
         Backend::Quorum(urls) => Box::new(holds::QuorumLock {
             lock: quorum::RwLock::builder(urls, &name).ttl(args.ttl).build()?,

@@ -210,6 +210,33 @@ fn on_etcd_commands_exclude_each_other() {
 }
 
 #[test]
+fn on_etcd_a_limit_admits_that_many_commands_at_once() {
+    let server = common::etcd::EtcdServer::start();
+    let urls = [server.url()];
+    let spawn_holder = || {
+        lockyard_at(&urls)
+            .args(["--limit", "2", "--quiet", "quota", "--", "sleep", "30"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let try_once = ["--limit", "2", "--timeout", "0", "quota", "--", "true"];
+    let holders = [spawn_holder(), spawn_holder()];
+    eventually(
+        std::time::Duration::from_secs(5),
+        "two slots are held",
+        || server.keys().len() == 2,
+    );
+    assert_eq!(status(&run(lockyard_at(&urls).args(try_once))), 75);
+    assert_eq!(server.keys().len(), 2, "a failed try leaves no key");
+    for holder in holders {
+        stop(holder); // the command ends its child and frees its slot
+    }
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+    assert_eq!(status(&run(lockyard_at(&urls).args(try_once))), 0);
+}
+
+#[test]
 fn on_etcd_status_shows_the_holder_and_release_force_stops_it() {
     let server = common::etcd::EtcdServer::start();
     let url = server.url();
