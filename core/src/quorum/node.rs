@@ -221,8 +221,11 @@ impl RedisNode {
     ) -> std::result::Result<T, Failed> {
         let mut conn = self.server.background().await.map_err(Failed::Other)?;
         let call = invocation.invoke_async(&mut conn);
+        // Given up on, by this timeout or by the caller's of the same length
+        // (which may end first and drop this future), a call leaves its
+        // connection silent under it: either way it is dropped here.
+        let unanswered = Unanswered(&self.server);
         let Ok(outcome) = tokio::time::timeout(self.request_timeout, call).await else {
-            self.server.drop_background();
             let silent = format!("no answer within {:?}", self.request_timeout);
             return Err(Failed::Other(Error::backend_transient(
                 &self.server.name,
@@ -230,6 +233,7 @@ impl RedisNode {
                 silent,
             )));
         };
+        std::mem::forget(unanswered);
         outcome.map_err(|e| {
             let broken = e.is_connection_dropped() || e.is_io_error();
             if broken || e.is_timeout() {
@@ -242,6 +246,17 @@ impl RedisNode {
                 Failed::Other(error)
             }
         })
+    }
+}
+
+/// Drops the server's pooled connection unless forgotten: a request that
+/// got no answer leaves it silent, and the next one must reconnect rather
+/// than queue behind it (a retry of an unlock the node missed, say).
+struct Unanswered<'a>(&'a Server);
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        self.0.drop_background();
     }
 }
 
