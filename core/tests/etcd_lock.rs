@@ -296,3 +296,46 @@ fn inspect_shows_the_holder_and_its_waiters_and_force_release_removes_the_holder
         .unwrap()
         .held());
 }
+
+#[test]
+fn etcds_with_a_private_ca_and_a_client_certificate_locks_and_anything_less_is_refused() {
+    let server = EtcdServer::start_tls();
+    let lock = Lock::builder(server.url(), "over-tls")
+        .ttl(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let guard = lock.acquire(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(server.keys().len(), 1, "{:?}", server.keys());
+    assert!(guard.check_health().is_ok());
+    drop(guard);
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+
+    let port = server.client_port;
+    let (ca, other_ca) = (server.tls_file("ca.pem"), server.tls_file("other-ca.pem"));
+    let (cert, key) = (server.tls_file("client.pem"), server.tls_file("client.key"));
+    let refused = |url: String, why: &str| {
+        let lock = Lock::builder(url.as_str(), "over-tls")
+            .connect_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let err = lock.try_acquire().err();
+        assert!(
+            matches!(err, Some(Error::Backend { .. })),
+            "{why}: {url} gave {err:?}"
+        );
+    };
+    // The system's roots do not know the test CA.
+    refused(format!("etcds://127.0.0.1:{port}"), "no cacert");
+    refused(
+        format!("etcds://127.0.0.1:{port}?cacert={other_ca}&cert={cert}&key={key}"),
+        "a CA that did not sign the member's certificate",
+    );
+    refused(
+        format!("etcds://127.0.0.1:{port}?cacert={ca}"),
+        "no client certificate for a member with --client-cert-auth",
+    );
+    refused(
+        format!("etcd://127.0.0.1:{port}"),
+        "plain HTTP to a TLS member",
+    );
+}

@@ -2,8 +2,12 @@
 //! the user to authenticate as.
 //!
 //! `etcd://[user:password@]host[:port][,host[:port]...]`, `etcds://` for
-//! TLS; the port defaults to 2379. A path, a query or an empty member is a
-//! [`Error::Config`], found before anything is sent.
+//! TLS; the port defaults to 2379. `etcds://` takes etcdctl's TLS files as
+//! a query: `?cacert=PATH` (trust only that CA, not the system's roots) and
+//! `&cert=PATH&key=PATH` (a client certificate, for etcd's
+//! `--client-cert-auth`). A path, an unknown option, a file that cannot be
+//! read or parsed, or an empty member is an [`Error::Config`], found before
+//! anything is sent.
 
 use crate::error::{Error, Result};
 
@@ -15,6 +19,7 @@ pub(crate) struct Target {
     /// Base URLs of the members, in the order given (`http://host:port`).
     pub(crate) members: Vec<String>,
     pub(crate) credentials: Option<Credentials>,
+    pub(crate) tls: Tls,
     /// The URL without its password, for messages.
     pub(crate) shown: String,
 }
@@ -23,6 +28,16 @@ pub(crate) struct Target {
 pub(crate) struct Credentials {
     pub(crate) user: String,
     pub(crate) password: String,
+}
+
+/// What `etcds://` trusts and shows, read from the URL's files once, when
+/// the URL is parsed: a file replaced later is read by the next lock built.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Tls {
+    /// PEM certificates to trust instead of the system's roots (`cacert`).
+    pub(crate) roots: Option<Vec<u8>>,
+    /// The client's PEM certificate chain followed by its key (`cert`, `key`).
+    pub(crate) identity: Option<Vec<u8>>,
 }
 
 impl Target {
@@ -36,13 +51,25 @@ impl Target {
             "etcds" => "https",
             _ => return Err(bad("the scheme must be etcd:// or etcds://")),
         };
+        // A '?' in a password or a path is written %3F.
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
+        let tls = match query {
+            Some(_) if http == "http" => {
+                return Err(bad("cacert, cert and key are for etcds:// (TLS) URLs"))
+            }
+            Some(query) => Tls::from_query(query).map_err(|why| bad(&why))?,
+            None => Tls::default(),
+        };
         let (userinfo, hosts) = match rest.rsplit_once('@') {
             Some((userinfo, hosts)) => (Some(userinfo), hosts),
             None => (None, rest),
         };
         let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
-        if hosts.contains(['/', '?', '#']) {
-            return Err(bad("an etcd URL has members only, no path or query"));
+        if hosts.contains(['/', '#']) {
+            return Err(bad("an etcd URL has members only, no path"));
         }
         let credentials = userinfo
             .map(|userinfo| {
@@ -68,8 +95,65 @@ impl Target {
         Ok(Target {
             members,
             credentials,
+            tls,
             shown: redact(url),
         })
+    }
+}
+
+impl Tls {
+    /// Reads and checks the files `query` names; Err says why not.
+    fn from_query(query: &str) -> std::result::Result<Tls, String> {
+        let (mut cacert, mut cert, mut key) = (None, None, None);
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let slot = match name {
+                "cacert" => &mut cacert,
+                "cert" => &mut cert,
+                "key" => &mut key,
+                _ => {
+                    return Err(format!(
+                        "unknown option {name:?}: expected cacert, cert or key"
+                    ))
+                }
+            };
+            let path = percent_decode(value).ok_or_else(|| format!("bad %-escape in {name}"))?;
+            if path.is_empty() {
+                return Err(format!("{name} needs a file: {name}=PATH"));
+            }
+            if slot.replace(path).is_some() {
+                return Err(format!("{name} is given twice"));
+            }
+        }
+        let read = |name: &str, path: &str| {
+            std::fs::read(path).map_err(|e| format!("cannot read {name} {path:?}: {e}"))
+        };
+        let roots = match cacert {
+            Some(path) => {
+                let pem = read("cacert", &path)?;
+                match reqwest::Certificate::from_pem_bundle(&pem) {
+                    Ok(certs) if !certs.is_empty() => Some(pem),
+                    _ => return Err(format!("cacert {path:?} holds no PEM certificate")),
+                }
+            }
+            None => None,
+        };
+        let identity = match (cert, key) {
+            (Some(cert), Some(key)) => {
+                let mut pem = read("cert", &cert)?;
+                pem.push(b'\n');
+                pem.extend(read("key", &key)?);
+                if reqwest::Identity::from_pem(&pem).is_err() {
+                    return Err(format!(
+                        "cert {cert:?} and key {key:?} are not a PEM certificate and its private key"
+                    ));
+                }
+                Some(pem)
+            }
+            (None, None) => None,
+            _ => return Err("cert and key go together".into()),
+        };
+        Ok(Tls { roots, identity })
     }
 }
 
@@ -93,7 +177,8 @@ fn member_url(http: &str, member: &str) -> Option<String> {
 
 /// `url` with its password replaced by `***`.
 fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let members = url.split_once('?').map_or(url, |(members, _)| members);
+    match (url.find("://"), members.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
             let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
@@ -157,6 +242,14 @@ mod tests {
             "h1:2379",
             "etcd://h1/prefix",
             "etcd://h1?x=1",
+            "etcd://h1?cacert=/etc/ssl/certs/ca-certificates.crt",
+            "etcds://h1?x=1",
+            "etcds://h1?cacert=",
+            "etcds://h1?cacert=/nonexistent/ca.pem",
+            "etcds://h1?cacert=/etc/passwd",
+            "etcds://h1?cert=/etc/passwd",
+            "etcds://h1?key=/etc/passwd",
+            "etcds://h1?cert=/etc/passwd&key=/etc/passwd",
             "etcd://:secret@h1",
             "etcd://user@h1",
         ] {

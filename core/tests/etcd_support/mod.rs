@@ -40,6 +40,9 @@ pub struct EtcdServer {
     /// The same for every member of one cluster.
     token: String,
     dir: TempDir,
+    /// Serves clients over TLS and asks for their certificate (see
+    /// [`EtcdServer::start_tls`]): the files live in this directory.
+    tls: Option<PathBuf>,
 }
 
 /// A port below the ephemeral range (32768-) that is free now.
@@ -77,10 +80,41 @@ impl EtcdServer {
             cluster,
             token: format!("t{peer_port}"),
             dir: TempDir::new(peer_port),
+            tls: None,
         };
         server.start_again();
         server.wait_ready();
         server
+    }
+
+    /// One member that speaks TLS to clients, with a certificate from a
+    /// CA of its own, and lets in only clients with a certificate from
+    /// that CA (`--client-cert-auth`).
+    pub fn start_tls() -> EtcdServer {
+        let (client_port, peer_port) = (low_port(), low_port());
+        let name = "solo".to_owned();
+        let dir = TempDir::new(peer_port);
+        let tls = dir.0.join("tls");
+        make_certificates(&tls);
+        let mut server = EtcdServer {
+            child: None,
+            client_port,
+            peer_port,
+            cluster: format!("{name}=http://127.0.0.1:{peer_port}"),
+            name,
+            token: format!("t{peer_port}"),
+            dir,
+            tls: Some(tls),
+        };
+        server.start_again();
+        server.wait_ready();
+        server
+    }
+
+    /// A TLS member's file (`ca.pem`, `client.pem`, `client.key`, ...).
+    pub fn tls_file(&self, name: &str) -> String {
+        let dir = self.tls.as_ref().expect("a TLS member");
+        dir.join(name).to_string_lossy().into_owned()
     }
 
     /// Three members on loopback, forming one cluster.
@@ -104,6 +138,7 @@ impl EtcdServer {
                 cluster: cluster.clone(),
                 token: token.clone(),
                 dir: TempDir::new(peer_port),
+                tls: None,
             })
             .collect();
         for member in &mut members {
@@ -117,9 +152,16 @@ impl EtcdServer {
 
     /// Starts (again) on the same data dir and ports.
     pub fn start_again(&mut self) {
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let client = format!("{}://127.0.0.1:{}", self.scheme(), self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new("etcd")
+        let mut etcd = Command::new("etcd");
+        if self.tls.is_some() {
+            etcd.args(["--cert-file", &self.tls_file("server.pem")])
+                .args(["--key-file", &self.tls_file("server.key")])
+                .args(["--trusted-ca-file", &self.tls_file("ca.pem")])
+                .arg("--client-cert-auth");
+        }
+        let child = etcd
             .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(self.dir.0.join("data"))
@@ -172,17 +214,42 @@ impl EtcdServer {
         }
     }
 
+    fn scheme(&self) -> &str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The member's URL; a TLS member's names the CA and client files.
     pub fn url(&self) -> String {
-        format!("etcd://127.0.0.1:{}", self.client_port)
+        match self.tls {
+            None => format!("etcd://127.0.0.1:{}", self.client_port),
+            Some(_) => format!(
+                "etcds://127.0.0.1:{}?cacert={}&cert={}&key={}",
+                self.client_port,
+                self.tls_file("ca.pem"),
+                self.tls_file("client.pem"),
+                self.tls_file("client.key")
+            ),
+        }
     }
 
     pub fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
+        format!("{}://127.0.0.1:{}", self.scheme(), self.client_port)
     }
 
     /// Runs etcdctl against this member: (success, stdout).
     pub fn ctl(&self, args: &[&str]) -> (bool, String) {
-        let out = Command::new("etcdctl")
+        let mut etcdctl = Command::new("etcdctl");
+        if self.tls.is_some() {
+            etcdctl
+                .args(["--cacert", &self.tls_file("ca.pem")])
+                .args(["--cert", &self.tls_file("client.pem")])
+                .args(["--key", &self.tls_file("client.key")]);
+        }
+        let out = etcdctl
             .env("ETCDCTL_API", "3")
             .args(["--endpoints", &self.endpoint(), "--command-timeout", "2s"])
             .args(args)
@@ -226,6 +293,79 @@ impl EtcdServer {
             .status()
             .unwrap();
         assert!(status.success());
+    }
+}
+
+/// A CA, a certificate for 127.0.0.1 signed by it (server and client
+/// use: etcd 3.4's gateway presents it to etcd itself), and a client
+/// certificate, as PEM files in `dir`; and `other-ca.pem`, a CA that signed
+/// none of them.
+fn make_certificates(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .expect("openssl must be installed");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let key = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    for ca in ["ca", "other-ca"] {
+        let (pem, private) = (format!("{ca}.pem"), format!("{ca}.key"));
+        let subject = format!("/CN=lockyard test {ca}");
+        let mut args = vec!["req", "-x509", "-days", "2", "-subj", &subject];
+        args.extend(key);
+        args.extend(["-keyout", &private, "-out", &pem]);
+        openssl(&args);
+    }
+    for (who, usage) in [
+        ("server", "serverAuth,clientAuth"),
+        ("client", "clientAuth"),
+    ] {
+        let extensions = format!("{who}.ext");
+        std::fs::write(
+            dir.join(&extensions),
+            format!("subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\n"),
+        )
+        .unwrap();
+        let (private, request, pem) = (
+            format!("{who}.key"),
+            format!("{who}.csr"),
+            format!("{who}.pem"),
+        );
+        let subject = format!("/CN=lockyard-{who}");
+        let mut args = vec!["req", "-subj", &subject];
+        args.extend(key);
+        args.extend(["-keyout", &private, "-out", &request]);
+        openssl(&args);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &request,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &extensions,
+            "-out",
+            &pem,
+        ]);
     }
 }
 
