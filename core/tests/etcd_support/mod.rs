@@ -237,7 +237,7 @@ impl EtcdServer {
     }
 
     pub fn endpoint(&self) -> String {
-        format!("{}://127.0.0.1:{}", self.scheme(), self.client_port)
+        format!("127.0.0.1:{}", self.client_port)
     }
 
     /// Runs etcdctl against this member: (success, stdout).
@@ -251,7 +251,9 @@ impl EtcdServer {
         }
         let out = etcdctl
             .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoint(), "--command-timeout", "2s"])
+            .arg("--endpoints")
+            .arg(format!("{}://{}", self.scheme(), self.endpoint()))
+            .args(["--command-timeout", "2s"])
             .args(args)
             .output()
             .expect("etcdctl (Debian's etcd-client) must be installed");
