@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::client::Client;
 use super::kv;
-use super::queue::Queue;
+use super::queue::{Queue, Shape};
 use super::target::Target;
 use crate::error::Result;
 use crate::lease::DEFAULT_CONNECT_TIMEOUT;
@@ -18,7 +18,7 @@ use crate::state::{HolderState, LockState};
 
 fn queue(url: &str, name: &str) -> Result<Queue> {
     let client = Arc::new(Client::new(Target::parse(url)?, DEFAULT_CONNECT_TIMEOUT));
-    Queue::new(client, name, 1, format!("lock {name:?}"))
+    Queue::new(client, name, Shape::Lock, format!("lock {name:?}"))
 }
 
 /// The identity stored by the current holder of the lock `name`, or None
@@ -28,8 +28,9 @@ fn queue(url: &str, name: &str) -> Result<Queue> {
 /// [`crate::Error::Config`] for a bad name or URL, [`crate::Error::Backend`] if no member
 /// answers.
 pub fn holder(url: &str, name: &str) -> Result<Option<String>> {
-    let holders = runtime::block_on(queue(url, name)?.holders())?;
-    Ok(holders.into_iter().next().map(|entry| entry.value))
+    // The oldest key of the name holds, whatever it was taken as.
+    let line = runtime::block_on(queue(url, name)?.line())?;
+    Ok(line.into_iter().next().map(|entry| entry.value))
 }
 
 /// Who holds the lock `name` on the etcd cluster at `url` (its identity,
@@ -66,8 +67,8 @@ pub fn inspect(url: &str, name: &str) -> Result<LockState> {
 /// a lock; a wait group's keys carry theirs).
 fn line_limit(queue: &Queue, line: &[kv::Entry]) -> u32 {
     line.first()
-        .and_then(|entry| queue.limit_of(&entry.key))
-        .and_then(|limit| u32::try_from(limit).ok())
+        .and_then(|entry| queue.shape_of(&entry.key))
+        .and_then(|shape| u32::try_from(shape.limit()).ok())
         .unwrap_or(1)
 }
 

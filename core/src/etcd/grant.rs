@@ -16,6 +16,9 @@ use crate::wait::{Deadline, Interrupt};
 pub(crate) struct Grant {
     pub(crate) held: Arc<Held>,
     pub(crate) lease: Arc<Lease>,
+    /// The key's put was sent more than once: a late copy may land after
+    /// the key is given back, and is looked for then.
+    pub(crate) resent: bool,
 }
 
 /// Puts `key` (with `value`) in `queue`'s line on a lease of `leases` and
@@ -47,8 +50,13 @@ pub(crate) fn take(
             let lease = leases.live(queue.request_until()).await?;
             *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease.clone());
             match queue.take(key, value, &lease, one_attempt).await? {
-                Taken::Held(revision) => return Ok(Some((lease, revision))),
-                Taken::Busy => return Ok(None),
+                Taken::Held { revision, resent } => return Ok(Some((lease, revision, resent))),
+                Taken::Busy { resent } => {
+                    if resent {
+                        lease.stray(key.to_owned());
+                    }
+                    return Ok(None);
+                }
                 Taken::LeaseGone => continue,
             }
         }
@@ -62,9 +70,10 @@ pub(crate) fn take(
         }
     };
     match ended {
-        Ended::Done(Ok(Some((lease, revision)))) => Ok(Some(Grant {
+        Ended::Done(Ok(Some((lease, revision, resent)))) => Ok(Some(Grant {
             held: lease.hold(key.to_owned(), revision),
             lease,
+            resent,
         })),
         // One attempt that found the line full took its key out again.
         Ended::Done(Ok(None)) => Ok(None),
@@ -92,12 +101,12 @@ pub(crate) fn two_leases_lost(queue: &Queue) -> Error {
 }
 
 /// Deletes the grant's key if it is still the one taken; a delete that
-/// gets no answer is left to the lease's keep-alive task, which tries
-/// again.
+/// gets no answer, or a key whose put may still land again, is left to the
+/// lease's keep-alive task, which deletes it.
 pub(crate) fn give_back(queue: &Queue, grant: &Grant) -> Result<bool> {
     let was_live = grant.held.health.is_healthy();
     let left = runtime::block_on(queue.leave(&grant.held.key, grant.held.revision, was_live));
-    if left.is_err() {
+    if left.is_err() || grant.resent {
         grant.lease.stray(grant.held.key.clone());
     }
     left

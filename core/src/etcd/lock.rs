@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::client::Client;
 use super::grant::{self, Grant};
 use super::leases::{self, Leases};
-use super::queue::Queue;
+use super::queue::{Queue, Shape};
 use super::target::Target;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -115,7 +115,12 @@ impl LockBuilder {
         };
         let client = Arc::new(Client::new(target, connect_timeout));
         let what = format!("lock {:?}", self.name);
-        let queue = Arc::new(Queue::new(client.clone(), &self.name, 1, what.clone())?);
+        let queue = Arc::new(Queue::new(
+            client.clone(),
+            &self.name,
+            Shape::Lock,
+            what.clone(),
+        )?);
         let giver = queue.clone();
         Ok(Lock {
             holds: PerHolder::new(what, move |grant| grant::give_back(&giver, &grant)),

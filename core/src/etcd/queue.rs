@@ -1,9 +1,11 @@
 //! The waiting line of one name: etcd's concurrency recipe, run by our
 //! client with one Txn per step.
 //!
-//! Every acquire puts a key of its own under `lockyard/<name>/`, on its
-//! lease, and holds once it is among the `limit` oldest keys there by
-//! create revision; that revision is its fencing token. A waiter of a lock
+//! Every acquire puts a key of its own under `lockyard/<name>/<shape>.`
+//! (`L1.` for a lock, `G3.` for a wait group of limit 3), on its lease, and
+//! holds once it is among the `limit` oldest keys there by create revision;
+//! that revision is its fencing token. An entry whose name's oldest key is
+//! of another shape is refused with a ConfigError. A waiter of a lock
 //! watches only the key just ahead of it, so a release wakes one waiter
 //! (FIFO, no herd) and waiting writes nothing.
 
@@ -30,19 +32,67 @@ const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 pub(crate) struct Queue {
     pub(crate) client: Arc<Client>,
-    /// `lockyard/<escaped name>/`
+    /// `lockyard/<escaped name>/`: every key of the name.
     pub(crate) prefix: String,
+    shape: Shape,
+    /// `<prefix><shape>.`: the keys of this line's shape, which alone hold
+    /// and wait here (a key of another shape is an entry being refused,
+    /// unless it is the oldest of the name, and then every entry here is).
+    pub(crate) own: String,
     pub(crate) limit: i64,
     /// "lock \"deploy\"", for messages.
     what: String,
 }
 
-/// How a [`Queue::take`] ended, short of an error.
+/// What a name's keys were taken for, written into each key (`L1.`,
+/// `G3.`): each entry sees what the holders took the name for, and one of
+/// another shape is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    Lock,
+    /// A wait group of this limit.
+    Group(i64),
+}
+
+impl Shape {
+    pub(crate) fn limit(self) -> i64 {
+        match self {
+            Shape::Lock => 1,
+            Shape::Group(limit) => limit,
+        }
+    }
+
+    fn tag(self) -> String {
+        match self {
+            Shape::Lock => "L1".to_owned(),
+            Shape::Group(limit) => format!("G{limit}"),
+        }
+    }
+
+    fn from_tag(tag: &str) -> Option<Shape> {
+        match tag.split_at_checked(1)? {
+            ("L", "1") => Some(Shape::Lock),
+            ("G", limit) => limit.parse().ok().map(Shape::Group),
+            _ => None,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Shape::Lock => "a lock".to_owned(),
+            Shape::Group(limit) => format!("a wait group of limit {limit}"),
+        }
+    }
+}
+
+/// How a [`Queue::take`] ended, short of an error. `resent`: the put of the
+/// key was sent more than once, so a copy of it may still land after the
+/// key is deleted (the caller then hands the key to [`Lease::stray`]).
 pub(crate) enum Taken {
     /// Held, with this fencing token (the key's create revision).
-    Held(i64),
+    Held { revision: i64, resent: bool },
     /// One attempt found the lock held, and took its key out again.
-    Busy,
+    Busy { resent: bool },
     /// etcd no longer knows the lease the key was to go on: marked lost,
     /// for the caller to ask again with a new one.
     LeaseGone,
@@ -64,7 +114,12 @@ enum Place {
 }
 
 impl Queue {
-    pub(crate) fn new(client: Arc<Client>, name: &str, limit: i64, what: String) -> Result<Queue> {
+    pub(crate) fn new(
+        client: Arc<Client>,
+        name: &str,
+        shape: Shape,
+        what: String,
+    ) -> Result<Queue> {
         if name.is_empty() {
             return Err(Error::config("the name must not be empty"));
         }
@@ -72,8 +127,10 @@ impl Queue {
         let escaped = name.replace('%', "%25").replace('/', "%2F");
         Ok(Queue {
             client,
+            own: format!("lockyard/{escaped}/{}.", shape.tag()),
             prefix: format!("lockyard/{escaped}/"),
-            limit,
+            shape,
+            limit: shape.limit(),
             what,
         })
     }
@@ -87,34 +144,41 @@ impl Queue {
         self.client.shown()
     }
 
-    /// A key of this line for one acquire: `<prefix><limit>.<nonce>`. The
-    /// limit in every key lets each entry see what the holders took the
-    /// name for (a lock, or a wait group of which limit).
+    /// A key of this line for one acquire: `<prefix><shape>.<nonce>`.
     pub(crate) fn key(&self, nonce: &str) -> String {
-        format!("{}{}.{nonce}", self.prefix, self.limit)
+        format!("{}{nonce}", self.own)
     }
 
-    /// The limit `key` was put with (None for a key not of this shape).
-    pub(crate) fn limit_of(&self, key: &str) -> Option<i64> {
-        let (limit, _) = key.strip_prefix(&self.prefix)?.split_once('.')?;
-        limit.parse().ok()
+    /// The shape `key` was put with (None for a key not of ours).
+    pub(crate) fn shape_of(&self, key: &str) -> Option<Shape> {
+        let (tag, _) = key.strip_prefix(&self.prefix)?.split_once('.')?;
+        Shape::from_tag(tag)
     }
 
-    /// A `ConfigError` for a name held under `limit`, not this line's.
-    fn mismatch(&self, limit: Option<i64>) -> Error {
-        let theirs = match limit {
-            Some(1) => "a lock".to_owned(),
-            Some(limit) => format!("a wait group of limit {limit}"),
-            None => "something other than lockyard".to_owned(),
-        };
-        let ours = match self.limit {
-            1 => "a lock".to_owned(),
-            limit => format!("a wait group of limit {limit}"),
-        };
-        Error::config(format!(
-            "{} is held as {theirs}; it cannot be taken as {ours} until every holder and waiter is gone",
-            self.what
-        ))
+    /// Err(ConfigError) when the name's oldest key, the one that decides
+    /// what the name is taken for, is of another shape than this line's.
+    /// Newer keys of another shape are entries on their way to that error.
+    fn check_oldest(&self, oldest: Option<&kv::Entry>) -> Result<()> {
+        let Some(oldest) = oldest else { return Ok(()) };
+        let theirs = self.shape_of(&oldest.key);
+        if theirs == Some(self.shape) {
+            return Ok(());
+        }
+        let theirs = theirs.map_or("something other than lockyard".to_owned(), Shape::describe);
+        Err(Error::config(format!(
+            "{} is held as {theirs}; it cannot be taken as {} until every holder and waiter is gone",
+            self.what,
+            self.shape.describe()
+        )))
+    }
+
+    /// Err(ConfigError) when the name is held with another shape: for a
+    /// request that found nothing of its own (a slot's token built with
+    /// another limit finds no key).
+    pub(crate) async fn check_shape(&self) -> Result<()> {
+        let txn = json!({"success": [kv::oldest(&self.prefix, 1)]});
+        let answer = self.call("kv/txn", &txn, "reading the lock").await?;
+        self.check_oldest(kv::entries(kv::response(&answer, 0)).first())
     }
 
     /// How long one request may be retried on other members.
@@ -131,14 +195,17 @@ impl Queue {
 
     /// Whether all `limit` places are taken: a look that writes nothing,
     /// for a single attempt that would only leave again.
+    /// A name taken with another shape is a ConfigError here too.
     pub(crate) async fn is_full(&self) -> Result<bool> {
-        let count = json!({
-            "key": kv::encode(&self.prefix),
-            "range_end": kv::prefix_end(&self.prefix),
+        let count = json!({"request_range": {
+            "key": kv::encode(&self.own),
+            "range_end": kv::prefix_end(&self.own),
             "count_only": true,
-        });
-        let answer = self.call("kv/range", &count, "reading the lock").await?;
-        Ok(kv::number(&answer["count"]) >= self.limit)
+        }});
+        let txn = json!({"success": [count, kv::oldest(&self.prefix, 1)]});
+        let answer = self.call("kv/txn", &txn, "reading the lock").await?;
+        self.check_oldest(kv::entries(kv::response(&answer, 1)).first())?;
+        Ok(kv::number(&kv::response(&answer, 0)["count"]) >= self.limit)
     }
 
     /// Puts `key` on `lease` and waits until it holds. Given up (dropped)
@@ -151,11 +218,11 @@ impl Queue {
         lease: &Lease,
         one_attempt: bool,
     ) -> Result<Taken> {
-        let Some((revision, holds)) = self.enter(key, value, lease).await? else {
+        let Some((revision, holds, resent)) = self.enter(key, value, lease).await? else {
             return Ok(Taken::LeaseGone);
         };
         if holds {
-            return Ok(Taken::Held(revision));
+            return Ok(Taken::Held { revision, resent });
         }
         let mut pause = FIRST_PAUSE;
         loop {
@@ -171,7 +238,7 @@ impl Queue {
             };
             pause = FIRST_PAUSE;
             match place {
-                Place::Holds => return Ok(Taken::Held(revision)),
+                Place::Holds => return Ok(Taken::Held { revision, resent }),
                 Place::Gone => {
                     // Its own lease going takes the key with it, often
                     // before the keep-alive has noticed: ask, to say which.
@@ -192,7 +259,7 @@ impl Queue {
                 }
                 Place::Behind { .. } if one_attempt => {
                     self.leave(key, revision, true).await?;
-                    return Ok(Taken::Busy);
+                    return Ok(Taken::Busy { resent });
                 }
                 Place::Behind {
                     ahead,
@@ -201,7 +268,7 @@ impl Queue {
                 } => {
                     let turn = self.wait_turn(key, revision, &ahead, read_at, next, lease);
                     match turn.await? {
-                        Turn::Holds => return Ok(Taken::Held(revision)),
+                        Turn::Holds => return Ok(Taken::Held { revision, resent }),
                         Turn::Look => continue,
                         Turn::Lost => {
                             let why = lease.loss().unwrap_or_default();
@@ -249,19 +316,31 @@ impl Queue {
     }
 
     /// Puts `key` unless it exists (a retry after a lost reply finds its
-    /// own put), and reads the holders in the same Txn: its create revision
-    /// and whether it holds. None if the lease is gone.
-    async fn enter(&self, key: &str, value: &str, lease: &Lease) -> Result<Option<(i64, bool)>> {
-        let holders = kv::oldest(&self.prefix, self.limit);
+    /// own put), and reads the holders in the same Txn: its create revision,
+    /// whether it holds, and whether the put was sent more than once. None
+    /// if the lease is gone.
+    async fn enter(
+        &self,
+        key: &str,
+        value: &str,
+        lease: &Lease,
+    ) -> Result<Option<(i64, bool, bool)>> {
+        let holders = kv::oldest(&self.own, self.limit);
+        let oldest = kv::oldest(&self.prefix, 1);
         let txn = json!({
             "compare": [kv::created_at(key, 0)],
             "success": [
                 {"request_put": {"key": kv::encode(key), "value": kv::encode(value), "lease": lease.id}},
                 holders,
+                oldest,
             ],
-            "failure": [kv::get(key), holders],
+            "failure": [kv::get(key), holders, oldest],
         });
-        let answer = match self.client.call("kv/txn", &txn, self.request_until()).await {
+        let answer = self
+            .client
+            .call_tracked("kv/txn", &txn, self.request_until())
+            .await;
+        let (answer, resent) = match answer {
             Err(fault) if fault.is_lease_gone() => {
                 lease.gone();
                 return Ok(None);
@@ -280,23 +359,20 @@ impl Queue {
         };
         // Every entry reads the holders, and the oldest key always holds:
         // a name taken for something else is found here, before any wait.
-        let foreign = holders
-            .iter()
-            .map(|entry| self.limit_of(&entry.key))
-            .find(|limit| *limit != Some(self.limit));
-        if let Some(limit) = foreign {
+        let oldest = kv::entries(kv::response(&answer, 2));
+        if let Err(refused) = self.check_oldest(oldest.first()) {
             self.leave(key, revision, true).await?;
-            return Err(self.mismatch(limit));
+            return Err(refused);
         }
-        Ok(Some((revision, holds)))
+        Ok(Some((revision, holds, resent)))
     }
 
     /// Where `key`, created at `revision`, stands: one read-only Txn.
     async fn place(&self, key: &str, revision: i64) -> Result<Place> {
         let txn = json!({"success": [
             kv::get(key),
-            kv::oldest(&self.prefix, self.limit),
-            kv::newest_before(&self.prefix, revision),
+            kv::oldest(&self.own, self.limit),
+            kv::newest_before(&self.own, revision),
         ]});
         let answer = self.call("kv/txn", &txn, "reading the lock").await?;
         if kv::entries(kv::response(&answer, 0)).is_empty() {
@@ -335,8 +411,8 @@ impl Queue {
     pub(crate) async fn until_gone(&self, ahead: &str, own: &str, from: i64) -> Result<Gone> {
         let mut create = json!({"start_revision": from, "filters": ["NOPUT"]});
         if ahead.is_empty() {
-            create["key"] = kv::encode(&self.prefix).into();
-            create["range_end"] = kv::prefix_end(&self.prefix).into();
+            create["key"] = kv::encode(&self.own).into();
+            create["range_end"] = kv::prefix_end(&self.own).into();
         } else if own.is_empty() {
             create["key"] = kv::encode(ahead).into();
         } else {
@@ -452,7 +528,7 @@ impl Queue {
 
     /// The oldest `limit` keys: the holders, with their values.
     pub(crate) async fn holders(&self) -> Result<Vec<kv::Entry>> {
-        let txn = json!({"success": [kv::oldest(&self.prefix, self.limit)]});
+        let txn = json!({"success": [kv::oldest(&self.own, self.limit)]});
         let answer = self.call("kv/txn", &txn, "reading the lock").await?;
         Ok(kv::entries(kv::response(&answer, 0)))
     }

@@ -88,8 +88,8 @@ impl Queue {
     /// How many keys the line has, and at which revision.
     async fn size(&self) -> Result<(i64, i64)> {
         let count = json!({
-            "key": kv::encode(&self.prefix),
-            "range_end": kv::prefix_end(&self.prefix),
+            "key": kv::encode(&self.own),
+            "range_end": kv::prefix_end(&self.own),
             "count_only": true,
         });
         let answer = self.call("kv/range", &count, "counting slots").await?;

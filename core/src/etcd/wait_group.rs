@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::client::Client;
 use super::grant::{self, Grant};
 use super::leases::{self, Leases};
-use super::queue::Queue;
+use super::queue::{Queue, Shape};
 use super::slots::Adopted;
 use super::target::Target;
 use crate::error::{Error, Result};
@@ -106,7 +106,12 @@ impl WaitGroupBuilder {
         let connect_timeout = limits::positive_period("connect_timeout", self.connect_timeout)?;
         let client = Arc::new(Client::new(target, connect_timeout));
         let what = format!("wait group {:?}", self.name);
-        let queue = Queue::new(client.clone(), &self.name, self.limit.into(), what)?;
+        let queue = Queue::new(
+            client.clone(),
+            &self.name,
+            Shape::Group(self.limit.into()),
+            what,
+        )?;
         Ok(WaitGroup {
             queue: Arc::new(queue),
             leases: Mutex::new(Leases::own(&client, ttl_secs)),
@@ -223,7 +228,14 @@ impl WaitGroup {
         let held = self.slots.get().remove(token);
         match (held, self.key(token)) {
             (Some(held), _) => self.free(held),
-            (None, Some(key)) => runtime::block_on(self.queue.remove(&key)),
+            (None, Some(key)) => runtime::block_on(async {
+                let removed = self.queue.remove(&key).await?;
+                // A token of a group of another limit names another key.
+                if !removed {
+                    self.queue.check_shape().await?;
+                }
+                Ok(removed)
+            }),
             (None, None) => Ok(false),
         }
     }
@@ -258,7 +270,10 @@ impl WaitGroup {
                 let lease = leases.live(self.queue.request_until()).await?;
                 match self.queue.adopt(&key, &lease, &adopter).await? {
                     Adopted::Ours(revision) => return Ok(Some((lease, revision))),
-                    Adopted::Gone => return Ok(None),
+                    Adopted::Gone => {
+                        self.queue.check_shape().await?;
+                        return Ok(None);
+                    }
                     Adopted::LeaseGone => continue,
                 }
             }
@@ -272,6 +287,7 @@ impl WaitGroup {
         let grant = Grant {
             held: lease.hold(key, revision),
             lease,
+            resent: false,
         };
         slots.insert(token.to_owned(), Held { grant, in_block });
         Ok(true)
