@@ -178,6 +178,9 @@ pub(crate) fn before_exit(py: Python<'_>) {
         while in_flight(0) > 0 && Instant::now() < give_up_at {
             std::thread::sleep(Duration::from_millis(5));
         }
+        // An uncaught KeyboardInterrupt ends the process by SIGINT, after
+        // this hook and without C's atexit: wait for handed-off work here.
+        lockyard::finish_background_work();
     });
 }
 

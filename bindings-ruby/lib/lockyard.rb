@@ -24,6 +24,11 @@ require_relative "lockyard/error"
 require "lockyard/lockyard_ruby"
 # Only for the tests, which hold the documented defaults to the core's.
 Lockyard.private_class_method :core_defaults
+Lockyard.private_class_method :finish_background_work
+# A process that ends on an uncaught Interrupt dies by SIGINT, after the
+# at_exit blocks and without C's atexit: the releases and deletes handed to
+# the background (a wait given up on Ctrl-C) are waited for here.
+at_exit { Lockyard.send(:finish_background_work) }
 require_relative "lockyard/thread_watch"
 require_relative "lockyard/synchronize"
 require_relative "lockyard/redis"

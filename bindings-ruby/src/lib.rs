@@ -36,6 +36,11 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     quorum::define(ruby, lockyard.define_module("Quorum")?)?;
     command::define(lockyard)?;
     defaults::define(lockyard)?;
+    // Private; lib/lockyard.rb calls it from `at_exit`.
+    lockyard.define_singleton_method(
+        "finish_background_work",
+        magnus::function!(lockyard::finish_background_work, 0),
+    )?;
     thread_watch::define(lockyard)?;
     let etcd = lockyard.define_module("Etcd")?;
     etcd_lock::define(ruby, etcd)?;

@@ -130,6 +130,34 @@ class EtcdLockTest < Minitest::Test
     holder.unlock
   end
 
+  WAIT_FOREVER = <<~RUBY
+    require "lockyard"
+    lock = Lockyard::Etcd::Lock.new(url: ARGV[0], name: ARGV[1])
+    puts "waiting"
+    $stdout.flush
+    lock.synchronize { puts "acquired" }
+  RUBY
+
+  # An uncaught Interrupt ends Ruby by SIGINT, which skips C's atexit: the
+  # delete of the waiter's key, handed to the background, must still land.
+  def test_ctrl_c_ends_a_wait_in_another_process_and_leaves_nothing_queued
+    holder = new_lock
+    holder.lock
+    lib = File.expand_path("../lib", __dir__)
+    include = $LOAD_PATH.include?(lib) ? ["-I", lib] : []
+    Open3.popen3(RbConfig.ruby, *include, "-e", WAIT_FOREVER, @etcd.url, @name) do |_, stdout, stderr, child|
+      assert_equal "waiting\n", stdout.gets
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 5
+      sleep 0.05 until @etcd.keys.count { |key| key.include?(@name) } == 2 ||
+                       Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      Process.kill(:INT, child.pid)
+      refute child.value.success?
+      assert_includes stderr.read, "Interrupt"
+    end
+    assert_equal 1, @etcd.keys.count { |key| key.include?(@name) }, @etcd.keys
+    holder.unlock
+  end
+
   def test_bad_options_raise_config_error
     [
       { url: "etcd://", name: "x" },

@@ -84,4 +84,6 @@ pub use identity::{as_holder, note_process_start};
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub use limits::{MAX_PERIOD, MAX_WAIT};
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
+pub use runtime::finish_background_work;
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub use wait::{Deadline, Interrupt};

@@ -52,6 +52,21 @@ where
     handle().spawn(future)
 }
 
+/// Runs `future` in the background, like [`spawn`], and makes an exiting
+/// process wait for it (see [`Background`]): for a delete that must reach
+/// the server even when the process ends right after asking for it.
+#[cfg(feature = "etcd")]
+pub(crate) fn spawn_awaited<F>(future: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let running = Background::started();
+    drop(handle().spawn(async move {
+        let _running = running;
+        future.await;
+    }));
+}
+
 /// Runs `work`, which may block (a synchronous release), on the runtime's
 /// pool of blocking threads: for callers that must not wait for it. The
 /// process waits for it at exit (see [`Background`]).
@@ -108,6 +123,15 @@ impl Drop for Background {
 }
 
 extern "C" fn wait_at_exit() {
+    finish_background_work();
+}
+
+/// Waits, up to 10 s, for the background work this process handed off (a
+/// release from a finalizer, the delete of a wait given up). Runs at exit
+/// on its own; a binding also calls it from its language's exit hooks,
+/// since a process that ends by its own signal (Python and Ruby re-raise an
+/// uncaught SIGINT) skips C's `atexit`.
+pub fn finish_background_work() {
     let until = Instant::now() + EXIT_WAIT;
     let pid = std::process::id();
     let mut unfinished = UNFINISHED.lock().unwrap_or_else(|e| e.into_inner());

@@ -166,9 +166,9 @@ impl Leases {
     fn revoke_in_background(&self, id: i64) {
         let client = self.client.clone();
         let until = Instant::now() + client.request_timeout();
-        drop(runtime::spawn(async move {
+        runtime::spawn_awaited(async move {
             let _ = client.call("lease/revoke", &json!({"ID": id}), until).await;
-        }));
+        });
     }
 }
 
@@ -274,12 +274,15 @@ impl Lease {
                 key: key.clone(),
                 deleted: None,
             });
+        // A process that exits right after giving up a wait (Ctrl-C) waits
+        // for this first sweep: its key would otherwise hold its place in
+        // line until the lease ran out.
         let lease = Arc::downgrade(self);
-        drop(runtime::spawn(async move {
+        runtime::spawn_awaited(async move {
             if let Some(lease) = lease.upgrade() {
                 lease.sweep_strays().await;
             }
-        }));
+        });
     }
 
     /// The lease is gone on the server (a request on it was refused with
