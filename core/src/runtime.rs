@@ -126,13 +126,15 @@ extern "C" fn wait_at_exit() {
     finish_background_work();
 }
 
-/// Waits, up to 10 s, for the background work this process handed off (a
-/// release from a finalizer, the delete of a wait given up). Runs at exit
-/// on its own; a binding also calls it from its language's exit hooks,
-/// since a process that ends by its own signal (Python and Ruby re-raise an
-/// uncaught SIGINT) skips C's `atexit`.
+/// Waits for the background work this process handed off (a release from
+/// a finalizer, the delete of a wait given up), 10 s at the most counted
+/// from the first call: a later call (C's `atexit` after a binding's hook)
+/// waits only for what is left of them. Runs at exit on its own; a binding
+/// also calls it from its language's exit hooks, since a process that ends
+/// by its own signal (Python and Ruby re-raise an uncaught SIGINT) skips
+/// C's `atexit`.
 pub fn finish_background_work() {
-    let until = Instant::now() + EXIT_WAIT;
+    let until = exit_deadline();
     let pid = std::process::id();
     let mut unfinished = UNFINISHED.lock().unwrap_or_else(|e| e.into_inner());
     while unfinished.0 == pid && unfinished.1 > 0 {
@@ -144,6 +146,22 @@ pub fn finish_background_work() {
             .wait_timeout(unfinished, left)
             .unwrap_or_else(|e| e.into_inner())
             .0;
+    }
+}
+
+/// When this process stops waiting for its background work at exit: set by
+/// the first call (a forked child sets its own).
+fn exit_deadline() -> Instant {
+    static DEADLINE: Mutex<Option<(u32, Instant)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut deadline = DEADLINE.lock().unwrap_or_else(|e| e.into_inner());
+    match *deadline {
+        Some((owner, at)) if owner == pid => at,
+        _ => {
+            let at = Instant::now() + EXIT_WAIT;
+            *deadline = Some((pid, at));
+            at
+        }
     }
 }
 

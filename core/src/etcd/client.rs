@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use reqwest::{Certificate, Identity};
 use serde_json::{json, Value};
 
 use super::target::Target;
@@ -120,19 +119,13 @@ impl Client {
             code: 0,
             message: format!("building the HTTP client failed: {e}"),
         };
-        let mut builder = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(self.request_timeout)
             .tcp_nodelay(true)
             // A watch waits on a quiet connection: notice a dead peer.
             .tcp_keepalive(Duration::from_secs(5));
-        // Both were parsed when the URL was: these cannot fail here.
-        let tls = &self.target.tls;
-        if let Some(roots) = &tls.roots {
-            builder = builder.tls_certs_only(Certificate::from_pem_bundle(roots).map_err(failed)?);
-        }
-        if let Some(identity) = &tls.identity {
-            builder = builder.identity(Identity::from_pem(identity).map_err(failed)?);
-        }
+        // Checked when the URL was parsed: this does not fail.
+        let builder = self.target.tls.configure(builder).map_err(failed)?;
         let client = builder.build().map_err(failed)?;
         *slot = Some((pid, client.clone()));
         Ok(client)

@@ -16,9 +16,6 @@ use crate::wait::{Deadline, Interrupt};
 pub(crate) struct Grant {
     pub(crate) held: Arc<Held>,
     pub(crate) lease: Arc<Lease>,
-    /// The key's put was sent more than once: a late copy may land after
-    /// the key is given back, and is looked for then.
-    pub(crate) resent: bool,
 }
 
 /// Puts `key` (with `value`) in `queue`'s line on a lease of `leases` and
@@ -71,9 +68,8 @@ pub(crate) fn take(
     };
     match ended {
         Ended::Done(Ok(Some((lease, revision, resent)))) => Ok(Some(Grant {
-            held: lease.hold(key.to_owned(), revision),
+            held: lease.hold(key.to_owned(), revision, resent),
             lease,
-            resent,
         })),
         // One attempt that found the line full took its key out again.
         Ended::Done(Ok(None)) => Ok(None),
@@ -106,7 +102,7 @@ pub(crate) fn two_leases_lost(queue: &Queue) -> Error {
 pub(crate) fn give_back(queue: &Queue, grant: &Grant) -> Result<bool> {
     let was_live = grant.held.health.is_healthy();
     let left = runtime::block_on(queue.leave(&grant.held.key, grant.held.revision, was_live));
-    if left.is_err() || grant.resent {
+    if left.is_err() || grant.held.resent {
         grant.lease.stray(grant.held.key.clone());
     }
     left

@@ -103,6 +103,12 @@ pub(crate) fn valued(key: &str, value: &str) -> Value {
     json!({"key": encode(key), "target": "VALUE", "result": "EQUAL", "value": encode(value)})
 }
 
+/// No key in `[key, range_end)` (both already encoded): a range compare
+/// holds for every key of the range, and for none when it is empty.
+pub(crate) fn none_in(key: String, range_end: String) -> Value {
+    json!({"key": key, "range_end": range_end, "target": "CREATE", "result": "EQUAL", "create_revision": 0})
+}
+
 /// The key's create revision is `revision` (0: the key does not exist).
 pub(crate) fn created_at(key: &str, revision: i64) -> Value {
     json!({"key": encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": revision})

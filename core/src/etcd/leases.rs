@@ -70,6 +70,10 @@ pub(crate) struct Held {
     pub(crate) key: String,
     pub(crate) revision: i64,
     pub(crate) health: Health,
+    /// The key's put was sent more than once: a late copy may land once
+    /// the key is gone (given back, or freed by another process), and is
+    /// then looked for and deleted.
+    pub(crate) resent: bool,
 }
 
 struct Stray {
@@ -246,10 +250,11 @@ impl Lease {
     }
 
     /// Starts checking (and keeping) `key`, taken at `revision`.
-    pub(crate) fn hold(&self, key: String, revision: i64) -> Arc<Held> {
+    pub(crate) fn hold(&self, key: String, revision: i64, resent: bool) -> Arc<Held> {
         let held = Arc::new(Held {
             key,
             revision,
+            resent,
             health: Health::new(Stamp::from_nanos(self.valid_until.load(Ordering::Acquire))),
         });
         if let Some(why) = self.loss() {
@@ -390,8 +395,23 @@ impl Lease {
                 if now.first().map(|entry| entry.create_revision) != Some(held.revision) {
                     held.health
                         .mark_lost(format!("its key {:?} was deleted from etcd", held.key));
+                    if held.resent {
+                        self.look_for_late_copy(&held.key);
+                    }
                 }
             }
+        }
+    }
+
+    /// Deletes `key` at the next sweeps, for [`STRAY_WATCH`]: a copy of its
+    /// put, sent twice, may land after another process freed it.
+    fn look_for_late_copy(&self, key: &str) {
+        let mut strays = self.strays.lock().unwrap_or_else(|e| e.into_inner());
+        if !strays.iter().any(|stray| stray.key == key) {
+            strays.push(Stray {
+                key: key.to_owned(),
+                deleted: None,
+            });
         }
     }
 

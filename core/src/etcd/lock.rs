@@ -272,9 +272,10 @@ impl Lock {
         Ok(key.is_some_and(|key| holders.iter().any(|entry| entry.key == key)))
     }
 
-    /// Asks etcd whether anyone holds the lock.
+    /// Asks etcd whether anyone holds the lock (or its name, as a wait
+    /// group).
     pub fn locked(&self) -> Result<bool> {
-        Ok(!runtime::block_on(self.queue.holders())?.is_empty())
+        runtime::block_on(self.queue.anyone_holds())
     }
 
     /// Gives back every hold of this process in the background and returns

@@ -4,8 +4,10 @@
 //! Every acquire puts a key of its own under `lockyard/<name>/<shape>.`
 //! (`L1.` for a lock, `G3.` for a wait group of limit 3), on its lease, and
 //! holds once it is among the `limit` oldest keys there by create revision;
-//! that revision is its fencing token. An entry whose name's oldest key is
-//! of another shape is refused with a ConfigError. A waiter of a lock
+//! that revision is its fencing token. A key is put only while the name
+//! has no key of another shape (a compare of the same Txn), so every key of
+//! a name is of one shape; an entry of another is refused with a
+//! ConfigError and writes nothing. A waiter of a lock
 //! watches only the key just ahead of it, so a release wakes one waiter
 //! (FIFO, no herd) and waiting writes nothing.
 
@@ -155,21 +157,24 @@ impl Queue {
         Shape::from_tag(tag)
     }
 
-    /// Err(ConfigError) when the name's oldest key, the one that decides
-    /// what the name is taken for, is of another shape than this line's.
-    /// Newer keys of another shape are entries on their way to that error.
+    /// Err(ConfigError) when the name's oldest key is of another shape
+    /// than this line's (every key of a name is of one shape).
     fn check_oldest(&self, oldest: Option<&kv::Entry>) -> Result<()> {
         let Some(oldest) = oldest else { return Ok(()) };
-        let theirs = self.shape_of(&oldest.key);
-        if theirs == Some(self.shape) {
-            return Ok(());
+        match self.shape_of(&oldest.key) {
+            Some(shape) if shape == self.shape => Ok(()),
+            theirs => Err(self.refusal(theirs)),
         }
+    }
+
+    /// The ConfigError for an entry of a name held as `theirs`.
+    fn refusal(&self, theirs: Option<Shape>) -> Error {
         let theirs = theirs.map_or("something other than lockyard".to_owned(), Shape::describe);
-        Err(Error::config(format!(
+        Error::config(format!(
             "{} is held as {theirs}; it cannot be taken as {} until every holder and waiter is gone",
             self.what,
             self.shape.describe()
-        )))
+        ))
     }
 
     /// Err(ConfigError) when the name is held with another shape: for a
@@ -327,12 +332,18 @@ impl Queue {
     ) -> Result<Option<(i64, bool, bool)>> {
         let holders = kv::oldest(&self.own, self.limit);
         let oldest = kv::oldest(&self.prefix, 1);
+        // Put only while the name has no key of another shape, in the same
+        // Txn: every key of a name is of one shape, and an entry refused
+        // writes nothing.
         let txn = json!({
-            "compare": [kv::created_at(key, 0)],
+            "compare": [
+                kv::created_at(key, 0),
+                kv::none_in(kv::encode(&self.prefix), kv::encode(&self.own)),
+                kv::none_in(kv::prefix_end(&self.own), kv::prefix_end(&self.prefix)),
+            ],
             "success": [
                 {"request_put": {"key": kv::encode(key), "value": kv::encode(value), "lease": lease.id}},
                 holders,
-                oldest,
             ],
             "failure": [kv::get(key), holders, oldest],
         });
@@ -351,19 +362,18 @@ impl Queue {
         };
         let holders = kv::entries(kv::response(&answer, 1));
         let holds = holders.iter().any(|entry| entry.key == key);
-        let revision = match answer["succeeded"].as_bool() {
-            Some(true) => kv::revision(&answer),
-            _ => kv::entries(kv::response(&answer, 0))
-                .first()
-                .map_or(kv::revision(&answer), |entry| entry.create_revision),
+        let revision = if answer["succeeded"].as_bool() == Some(true) {
+            kv::revision(&answer)
+        } else {
+            match kv::entries(kv::response(&answer, 0)).first() {
+                // Our own put, sent again after its reply was lost.
+                Some(entry) => entry.create_revision,
+                None => {
+                    let oldest = kv::entries(kv::response(&answer, 2));
+                    return Err(self.refusal(oldest.first().and_then(|e| self.shape_of(&e.key))));
+                }
+            }
         };
-        // Every entry reads the holders, and the oldest key always holds:
-        // a name taken for something else is found here, before any wait.
-        let oldest = kv::entries(kv::response(&answer, 2));
-        if let Err(refused) = self.check_oldest(oldest.first()) {
-            self.leave(key, revision, true).await?;
-            return Err(refused);
-        }
         Ok(Some((revision, holds, resent)))
     }
 
@@ -524,6 +534,13 @@ impl Queue {
             .call("lease/timetolive", &json!({"ID": lease}), "reading a lease")
             .await?;
         Ok(kv::number(&answer["TTL"]))
+    }
+
+    /// Whether anyone holds the name, whatever it was taken as.
+    pub(crate) async fn anyone_holds(&self) -> Result<bool> {
+        let txn = json!({"success": [kv::oldest(&self.prefix, 1)]});
+        let answer = self.call("kv/txn", &txn, "reading the lock").await?;
+        Ok(!kv::entries(kv::response(&answer, 0)).is_empty())
     }
 
     /// The oldest `limit` keys: the holders, with their values.

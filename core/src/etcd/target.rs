@@ -51,7 +51,7 @@ impl Target {
             "etcds" => "https",
             _ => return Err(bad("the scheme must be etcd:// or etcds://")),
         };
-        // A '?' in a password or a path is written %3F.
+        let (userinfo, rest) = split_userinfo(rest);
         let (rest, query) = match rest.split_once('?') {
             Some((rest, query)) => (rest, Some(query)),
             None => (rest, None),
@@ -63,11 +63,7 @@ impl Target {
             Some(query) => Tls::from_query(query).map_err(|why| bad(&why))?,
             None => Tls::default(),
         };
-        let (userinfo, hosts) = match rest.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, rest),
-        };
-        let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
+        let hosts = rest.strip_suffix('/').unwrap_or(rest);
         if hosts.contains(['/', '#']) {
             return Err(bad("an etcd URL has members only, no path"));
         }
@@ -153,7 +149,29 @@ impl Tls {
             (None, None) => None,
             _ => return Err("cert and key go together".into()),
         };
-        Ok(Tls { roots, identity })
+        let tls = Tls { roots, identity };
+        // rustls needs a process-wide crypto provider; a second install is a no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // The DER under the PEM labels, and a key that fits its
+        // certificate, are checked only when a client is built.
+        tls.configure(reqwest::Client::builder())
+            .and_then(reqwest::ClientBuilder::build)
+            .map_err(|e| format!("the TLS files are not usable: {e}"))?;
+        Ok(tls)
+    }
+
+    /// `builder` trusting and showing these files.
+    pub(crate) fn configure(
+        &self,
+        mut builder: reqwest::ClientBuilder,
+    ) -> reqwest::Result<reqwest::ClientBuilder> {
+        if let Some(roots) = &self.roots {
+            builder = builder.tls_certs_only(reqwest::Certificate::from_pem_bundle(roots)?);
+        }
+        if let Some(identity) = &self.identity {
+            builder = builder.identity(reqwest::Identity::from_pem(identity)?);
+        }
+        Ok(builder)
     }
 }
 
@@ -175,16 +193,29 @@ fn member_url(http: &str, member: &str) -> Option<String> {
     Some(url)
 }
 
+/// `user:password` and what follows its '@', if the URL (after its
+/// scheme) starts with them. The userinfo ends at the first '@' (one in a
+/// password is written %40) unless a '/' comes before it: then that '@' is
+/// in a file path of the query, and there is none. A password may hold a
+/// '?', which is not yet the query.
+fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
+    match rest.split_once('@') {
+        Some((userinfo, after)) if !userinfo.contains('/') => (Some(userinfo), after),
+        _ => (None, rest),
+    }
+}
+
 /// `url` with its password replaced by `***`.
 fn redact(url: &str) -> String {
-    let members = url.split_once('?').map_or(url, |(members, _)| members);
-    match (url.find("://"), members.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match split_userinfo(rest) {
+        (Some(userinfo), after) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            format!("{}://{user}:***{}", &url[..scheme], &url[at..])
+            format!("{scheme}://{user}:***@{after}")
         }
-        _ => url.to_owned(),
+        (None, _) => url.to_owned(),
     }
 }
 

@@ -285,9 +285,8 @@ impl WaitGroup {
         let mut slots = self.slots.get();
         let in_block = slots.get(token).is_some_and(|held| held.in_block);
         let grant = Grant {
-            held: lease.hold(key, revision),
+            held: lease.hold(key, revision, false),
             lease,
-            resent: false,
         };
         slots.insert(token.to_owned(), Held { grant, in_block });
         Ok(true)
@@ -388,17 +387,17 @@ impl WaitGroup {
     pub fn release_blocks_in_background(&self) {
         for held in self.blocks() {
             let queue = self.queue.clone();
-            drop(runtime::spawn(async move {
+            // Awaited at exit: a finalizer at exit hands its blocks here.
+            runtime::spawn_awaited(async move {
                 let grant = &held.grant;
                 let was_live = grant.held.health.is_healthy();
-                if queue
+                let left = queue
                     .leave(&grant.held.key, grant.held.revision, was_live)
-                    .await
-                    .is_err()
-                {
+                    .await;
+                if left.is_err() || grant.held.resent {
                     grant.lease.stray(grant.held.key.clone());
                 }
-            }));
+            });
         }
     }
 

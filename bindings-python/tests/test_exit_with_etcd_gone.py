@@ -1,4 +1,4 @@
-"""Review 4: how long a Python process takes to exit once etcd is gone."""
+"""How long a Python process takes to exit once etcd is gone (review 4)."""
 
 from __future__ import annotations
 
@@ -33,12 +33,11 @@ def test_exit_with_etcd_gone_waits_at_most_ten_seconds(
     up"): a process whose etcd went away exits within 10 s of its last
     statement (plus interpreter teardown).
 
-    What happens: the failed release hands its key to the lease's stray
-    sweep (`Lease::stray`, `runtime::spawn_awaited`), whose request is
-    retried for ttl/3 (20 s at ttl=60). Python's atexit hook
-    (`before_exit`) waits 10 s for it, gives up, and C's atexit
-    (`wait_at_exit`) starts a second 10 s wait: the process takes about
-    20 s to exit, twice the documented bound.
+    At 0a44fe7: the failed release handed its key to the lease's stray
+    sweep, whose request is retried for ttl/3 (20 s at ttl=60). Python's
+    atexit hook (`before_exit`) waited 10 s for it, gave up, and C's
+    atexit (`wait_at_exit`) started a second 10 s wait: the process took
+    about 20 s to exit. Now the 10 s count from the first wait.
     """
     etcd = Etcd(tmp_path)
     try:
