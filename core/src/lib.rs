@@ -48,6 +48,8 @@
 //!
 //! [`Error`], [`Result`] and [`as_holder`] exist under every feature set.
 
+#[cfg(any(feature = "redis", feature = "etcd"))]
+mod behavior;
 mod clock;
 pub mod error;
 #[cfg(feature = "etcd")]

@@ -21,16 +21,28 @@ fn queue(url: &str, name: &str) -> Result<Queue> {
     Queue::new(client, name, Shape::Lock, format!("lock {name:?}"))
 }
 
-/// The identity stored by the current holder of the lock `name`, or None
-/// when nobody holds it.
+/// What the current holder of the lock `name` stored (its value under a
+/// session, else its identity); while a lost session's lock_delay bars the
+/// name, the value it held it with if its behavior is `release`. None when
+/// nobody holds it.
 ///
 /// # Errors
 /// [`crate::Error::Config`] for a bad name or URL, [`crate::Error::Backend`] if no member
 /// answers.
 pub fn holder(url: &str, name: &str) -> Result<Option<String>> {
-    // The oldest key of the name holds, whatever it was taken as.
-    let line = runtime::block_on(queue(url, name)?.line())?;
-    Ok(line.into_iter().next().map(|entry| entry.value))
+    let queue = queue(url, name)?;
+    runtime::block_on(async {
+        let bar = queue.bar().await?;
+        // The oldest key of the name holds, whatever it was taken as,
+        // unless a lost session's bar keeps it waiting.
+        if let Some(entry) = queue.line().await?.into_iter().next() {
+            if queue.holds_despite(bar.as_ref(), &entry) {
+                return Ok(Some(entry.value));
+            }
+        }
+        // `<session> <nonce> <value>`
+        Ok(bar.and_then(|bar| Some(bar.value.splitn(3, ' ').nth(2)?.to_owned())))
+    })
 }
 
 /// Who holds the lock `name` on the etcd cluster at `url` (its identity,
@@ -43,10 +55,15 @@ pub fn holder(url: &str, name: &str) -> Result<Option<String>> {
 pub fn inspect(url: &str, name: &str) -> Result<LockState> {
     let queue = queue(url, name)?;
     runtime::block_on(async {
+        let bar = queue.bar().await?;
         let line = queue.line().await?;
         let limit = line_limit(&queue, &line);
+        let barred = line
+            .first()
+            .is_some_and(|first| !queue.holds_despite(bar.as_ref(), first));
+        let held = if barred { 0 } else { limit as usize };
         let mut holders = Vec::new();
-        for entry in line.iter().take(limit as usize) {
+        for entry in line.iter().take(held) {
             holders.push(HolderState {
                 holder: entry.value.clone(),
                 fencing_token: entry.create_revision as u64,
@@ -54,11 +71,16 @@ pub fn inspect(url: &str, name: &str) -> Result<LockState> {
                 value: None,
             });
         }
+        // A bar with no holder is a lost session's lock_delay running.
+        let lock_delay = match bar {
+            Some(bar) if holders.is_empty() => Some(queue.lease_left(bar.lease).await?),
+            _ => None,
+        };
         Ok(LockState {
             waiters: (line.len() - holders.len()) as u32,
             limit: (!line.is_empty()).then_some(limit),
             holders,
-            lock_delay: None,
+            lock_delay,
         })
     })
 }
@@ -72,9 +94,10 @@ fn line_limit(queue: &Queue, line: &[kv::Entry]) -> u32 {
         .unwrap_or(1)
 }
 
-/// Removes the holder of `name`, whoever it is: its key is deleted, the
-/// first waiter takes the lock, and the old holder turns unhealthy at its
-/// next keep-alive (within ttl/3). Returns how many holders were removed.
+/// Removes the holder of `name`, whoever it is: its key is deleted (and a
+/// session's bar with it, so no lock_delay follows), the first waiter
+/// takes the lock, and the old holder turns unhealthy at its next
+/// keep-alive (within ttl/3). Returns how many holders were removed.
 ///
 /// # Errors
 /// As [`inspect`].
@@ -82,12 +105,26 @@ pub fn force_release(url: &str, name: &str) -> Result<u32> {
     let queue = queue(url, name)?;
     runtime::block_on(async {
         let mut removed = 0;
+        let bar = queue.bar().await?;
         let line = queue.line().await?;
-        for entry in line.iter().take(line_limit(&queue, &line) as usize) {
+        // Barred by a lost session, the first in line holds nothing: the
+        // bar alone is lifted.
+        let barred = line
+            .first()
+            .is_some_and(|first| !queue.holds_despite(bar.as_ref(), first));
+        let held = if barred {
+            0
+        } else {
+            line_limit(&queue, &line) as usize
+        };
+        for entry in line.iter().take(held) {
             let delete = json!({"key": kv::encode(&entry.key)});
             let answer = queue.delete(&delete).await?;
             removed += kv::number(&answer["deleted"]) as u32;
         }
+        queue
+            .delete(&json!({"key": kv::encode(&queue.bar_key())}))
+            .await?;
         Ok(removed)
     })
 }

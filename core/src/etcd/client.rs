@@ -100,6 +100,11 @@ impl Client {
         self.target == other.target && self.request_timeout == other.request_timeout
     }
 
+    /// Whether requests go to the members, and as the user, of `target`.
+    pub(crate) fn targets(&self, target: &Target) -> bool {
+        self.target.members == target.members && self.target.credentials == target.credentials
+    }
+
     /// The URL without its password, for messages.
     pub(crate) fn shown(&self) -> &str {
         &self.target.shown

@@ -47,7 +47,12 @@ pub(crate) fn take(
             let lease = leases.live(queue.request_until()).await?;
             *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease.clone());
             match queue.take(key, value, &lease, one_attempt).await? {
-                Taken::Held { revision, resent } => return Ok(Some((lease, revision, resent))),
+                Taken::Held { revision, resent } => {
+                    if let Some(bars) = &lease.bars {
+                        queue.put_bar(key, revision, bars).await?;
+                    }
+                    return Ok(Some((lease, revision, resent)));
+                }
                 Taken::Busy { resent } => {
                     if resent {
                         lease.stray(key.to_owned());
@@ -64,6 +69,8 @@ pub(crate) fn take(
     let given_up = || {
         if let Some(lease) = queued.lock().unwrap_or_else(|e| e.into_inner()).take() {
             lease.stray(key.to_owned());
+            // A bar put just before (its answer lost, say) goes too.
+            stray_bar(queue, &lease, key);
         }
     };
     match ended {
@@ -101,9 +108,22 @@ pub(crate) fn two_leases_lost(queue: &Queue) -> Error {
 /// lease's keep-alive task, which deletes it.
 pub(crate) fn give_back(queue: &Queue, grant: &Grant) -> Result<bool> {
     let was_live = grant.held.health.is_healthy();
-    let left = runtime::block_on(queue.leave(&grant.held.key, grant.held.revision, was_live));
+    let (key, revision) = (&grant.held.key, grant.held.revision);
+    let left = runtime::block_on(queue.leave_holding(key, revision, was_live, true));
     if left.is_err() || grant.held.resent {
-        grant.lease.stray(grant.held.key.clone());
+        grant.lease.stray(key.clone());
+    }
+    if left.is_err() {
+        stray_bar(queue, &grant.lease, key);
     }
     left
+}
+
+/// Deletes the bar of the holder `key` on the sweeps of its session's bar
+/// lease, if it is still that grant's: kept alive with the session, it
+/// would bar the name as long as the session lives.
+fn stray_bar(queue: &Queue, lease: &Lease, key: &str) {
+    if let (Some(bars), Some(value)) = (&lease.bars, queue.bar_value(key)) {
+        bars.stray_if(queue.bar_key(), value);
+    }
 }

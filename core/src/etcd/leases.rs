@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -45,6 +45,11 @@ pub(crate) struct Leases {
     /// what rides on it (false for a wait group's: handed-off slots must
     /// run out after ttl, never sooner).
     revoke_on_drop: bool,
+    /// A session's: its one lease, never granted again once lost or ended.
+    once: bool,
+    /// A session's with a lock_delay: the ttl of the lease its bars ride on
+    /// (ttl + lock_delay), granted with the lease and renewed with it.
+    bar_ttl: Option<i64>,
     current: tokio::sync::Mutex<Option<Arc<Lease>>>,
 }
 
@@ -63,6 +68,11 @@ pub(crate) struct Lease {
     held: Mutex<Vec<Weak<Held>>>,
     strays: Mutex<Vec<Stray>>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// A session's bar lease: renewed right after this one, and only while
+    /// this one is (a lost session's bars then run out lock_delay later).
+    pub(crate) bars: Option<Arc<Lease>>,
+    /// The lease's own health, as a session reports it.
+    pub(crate) health: Health,
 }
 
 /// A key this process holds, as the keep-alive task checks it.
@@ -78,6 +88,8 @@ pub(crate) struct Held {
 
 struct Stray {
     key: String,
+    /// Deleted only while it has this value (a session's bar).
+    value: Option<String>,
     /// When a delete of it (or a look that found it gone) first succeeded;
     /// None until then, however long etcd is out of reach.
     deleted: Option<Instant>,
@@ -108,12 +120,28 @@ impl Leases {
         Arc::new(Leases::new(client, ttl_secs, false))
     }
 
+    /// A session's one lease (and its bar lease, of `bar_ttl`), revoked
+    /// when the session ends; granted by the first [`Leases::live`].
+    pub(crate) fn session(client: &Arc<Client>, ttl_secs: i64, bar_ttl: Option<i64>) -> Leases {
+        let mut leases = Leases::new(client, ttl_secs, true);
+        leases.once = true;
+        leases.bar_ttl = bar_ttl;
+        leases
+    }
+
+    /// Whether these are a session's with a bar lease (a lock_delay).
+    pub(crate) fn bars(&self) -> bool {
+        self.bar_ttl.is_some()
+    }
+
     fn new(client: &Arc<Client>, ttl_secs: i64, revoke_on_drop: bool) -> Leases {
         Leases {
             client: client.clone(),
             ttl_secs,
             pid: std::process::id(),
             revoke_on_drop,
+            once: false,
+            bar_ttl: None,
             current: tokio::sync::Mutex::new(None),
         }
     }
@@ -125,31 +153,62 @@ impl Leases {
     /// The live lease, granted now if there is none (or it was lost).
     pub(crate) async fn live(&self, until: Instant) -> Result<Arc<Lease>> {
         let mut current = self.current.lock().await;
-        if let Some(lease) = current.as_ref().filter(|lease| !lease.is_lost()) {
-            return Ok(lease.clone());
+        if let Some(lease) = current.as_ref() {
+            if !lease.is_lost() {
+                return Ok(lease.clone());
+            }
+            if self.once {
+                // Never a silent new lease: what the session held is gone.
+                return Err(Error::LockUnhealthy {
+                    what: "the session".into(),
+                    reason: lease.loss().unwrap_or_default(),
+                });
+            }
         }
+        let bars = match self.bar_ttl {
+            Some(ttl_secs) => Some(Arc::new(self.grant(ttl_secs, until).await?)),
+            None => None,
+        };
+        let mut lease = match self.grant(self.ttl_secs, until).await {
+            Ok(lease) => lease,
+            Err(e) => {
+                if let Some(bars) = bars {
+                    self.revoke_in_background(bars.id);
+                }
+                return Err(e);
+            }
+        };
+        lease.bars = bars;
+        let lease = Arc::new(lease);
+        let task = runtime::spawn(Lease::keep_alive(Arc::downgrade(&lease)));
+        *lease.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        *current = Some(lease.clone());
+        Ok(lease)
+    }
+
+    /// Grants a lease of `ttl_secs`, not yet kept alive.
+    async fn grant(&self, ttl_secs: i64, until: Instant) -> Result<Lease> {
         let sent = Stamp::now();
         // The id is ours, not etcd's pick: a grant whose reply was lost,
         // sent again, finds its own lease instead of making a second one.
         let id = lease_id();
-        let grant = json!({"ID": id, "TTL": self.ttl_secs});
+        let grant = json!({"ID": id, "TTL": ttl_secs});
         let granted = match self.client.call_tracked("lease/grant", &grant, until).await {
             Ok((answer, _)) => kv::number(&answer["TTL"]),
             Err(Fault::Refused { message, .. }) if message.contains("lease already exists") => {
-                self.ttl_secs
+                ttl_secs
             }
             Err(fault) => return Err(fault.into_error(&self.client, "granting a lease")),
         };
-        if granted != self.ttl_secs {
+        if granted != ttl_secs {
             self.revoke_in_background(id);
             return Err(Error::config(format!(
-                "etcd at {} grants leases of at least {granted} s: a ttl of {} s is too short",
+                "etcd at {} grants leases of at least {granted} s: a ttl of {ttl_secs} s is too short",
                 self.client.shown(),
-                self.ttl_secs
             )));
         }
         let ttl = Duration::from_secs(granted as u64);
-        let lease = Arc::new(Lease {
+        Ok(Lease {
             id,
             ttl,
             client: self.client.clone(),
@@ -160,11 +219,48 @@ impl Leases {
             held: Mutex::new(Vec::new()),
             strays: Mutex::new(Vec::new()),
             task: Mutex::new(None),
-        });
-        let task = runtime::spawn(Lease::keep_alive(Arc::downgrade(&lease)));
-        *lease.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-        *current = Some(lease.clone());
-        Ok(lease)
+            bars: None,
+            health: Health::new(sent + ttl),
+        })
+    }
+
+    /// Ends a session's lease: marks it (and every key on it) lost with
+    /// `why`, stops keeping it alive and revokes it and its bar lease, so
+    /// that its keys and bars go at once. Ok(()) if there was none.
+    pub(crate) async fn end(&self, why: &str) -> Result<()> {
+        let Some(lease) = self.current.lock().await.clone() else {
+            return Ok(());
+        };
+        lease.stop();
+        if lease.is_lost() {
+            // Not a clean end: its bars stand for their lock_delay.
+            return Ok(());
+        }
+        lease.mark_lost(why.to_owned());
+        let until = Instant::now() + self.client.request_timeout();
+        match self.revoke(lease.id, until).await {
+            Ok(_) => {}
+            // Lost meanwhile: its bars stand, as above.
+            Err(fault) if fault.is_lease_gone() => return Ok(()),
+            // Unknown: the bars run out after ttl + lock_delay, the
+            // session's keys after ttl.
+            Err(fault) => return Err(fault.into_error(&self.client, "revoking a session's lease")),
+        }
+        match &lease.bars {
+            Some(bars) => match self.revoke(bars.id, until).await {
+                Err(fault) if !fault.is_lease_gone() => {
+                    Err(fault.into_error(&self.client, "revoking a session's bar lease"))
+                }
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+
+    async fn revoke(&self, id: i64, until: Instant) -> Result<Value, Fault> {
+        self.client
+            .call("lease/revoke", &json!({"ID": id}), until)
+            .await
     }
 
     fn revoke_in_background(&self, id: i64) {
@@ -277,11 +373,30 @@ impl Lease {
             .unwrap_or_else(|e| e.into_inner())
             .push(Stray {
                 key: key.clone(),
+                value: None,
                 deleted: None,
             });
         // A process that exits right after giving up a wait (Ctrl-C) waits
         // for this first sweep: its key would otherwise hold its place in
         // line until the lease ran out.
+        let lease = Arc::downgrade(self);
+        runtime::spawn_awaited(async move {
+            if let Some(lease) = lease.upgrade() {
+                lease.sweep_strays().await;
+            }
+        });
+    }
+
+    /// [`Lease::stray`] for a key deleted only while it holds `value`.
+    pub(crate) fn stray_if(self: &Arc<Self>, key: String, value: String) {
+        self.strays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Stray {
+                key,
+                value: Some(value),
+                deleted: None,
+            });
         let lease = Arc::downgrade(self);
         runtime::spawn_awaited(async move {
             if let Some(lease) = lease.upgrade() {
@@ -311,6 +426,7 @@ impl Lease {
             slot.get_or_insert(why.clone());
         }
         self.lost.store(true, Ordering::Release);
+        self.health.mark_lost(why.clone());
         self.on_loss.notify_waiters();
         for held in self.held() {
             held.health.mark_lost(why.clone());
@@ -330,6 +446,16 @@ impl Lease {
             let Some(lease) = lease.upgrade() else { return };
             pause = match lease.renew().await {
                 Ok(()) => {
+                    if let Some(bars) = &lease.bars {
+                        if !bars.renew_bars().await {
+                            // Its names could no longer be barred after a loss.
+                            lease.mark_lost(format!(
+                                "its bar lease {:x} (for lock_delay) expired or was revoked",
+                                bars.id
+                            ));
+                            return;
+                        }
+                    }
                     lease.check_held().await;
                     lease.sweep_strays().await;
                     lease.ttl / 3
@@ -346,6 +472,24 @@ impl Lease {
             };
             if lease.is_lost() {
                 return;
+            }
+        }
+    }
+
+    /// Renews a bar lease after its session's, and deletes the bars that
+    /// releases could not. False once etcd no longer knows it.
+    async fn renew_bars(&self) -> bool {
+        if self.is_lost() {
+            return false;
+        }
+        match self.renew().await {
+            Err(fault) if fault.is_lease_gone() => {
+                self.gone();
+                false
+            }
+            _ => {
+                self.sweep_strays().await;
+                true
             }
         }
     }
@@ -369,6 +513,7 @@ impl Lease {
         }
         let until = sent + Duration::from_secs(ttl as u64);
         self.valid_until.fetch_max(until.nanos(), Ordering::AcqRel);
+        self.health.extend(until);
         for held in self.held() {
             held.health.extend(until);
         }
@@ -410,6 +555,7 @@ impl Lease {
         if !strays.iter().any(|stray| stray.key == key) {
             strays.push(Stray {
                 key: key.to_owned(),
+                value: None,
                 deleted: None,
             });
         }
@@ -437,11 +583,36 @@ impl Lease {
     /// Deletes the strays that exist; forgets those that were gone for
     /// [`STRAY_WATCH`].
     async fn sweep_strays(&self) {
-        let keys: Vec<String> = {
+        let (keys, valued): (Vec<String>, Vec<(String, String)>) = {
             let mut strays = self.strays.lock().unwrap_or_else(|e| e.into_inner());
             strays.retain(|stray| stray.deleted.is_none_or(|at| at.elapsed() < STRAY_WATCH));
-            strays.iter().map(|stray| stray.key.clone()).collect()
+            let keys = strays
+                .iter()
+                .filter(|stray| stray.value.is_none())
+                .map(|stray| stray.key.clone())
+                .collect();
+            let valued = strays
+                .iter()
+                .filter_map(|stray| Some((stray.key.clone(), stray.value.clone()?)))
+                .collect();
+            (keys, valued)
         };
+        for (key, value) in valued {
+            let txn = json!({
+                "compare": [kv::valued(&key, &value)],
+                "success": [{"request_delete_range": {"key": kv::encode(&key)}}],
+            });
+            let until = Instant::now() + self.ttl / 3;
+            if self.client.call("kv/txn", &txn, until).await.is_ok() {
+                let mut strays = self.strays.lock().unwrap_or_else(|e| e.into_inner());
+                for stray in strays
+                    .iter_mut()
+                    .filter(|s| s.key == key && s.value.as_ref() == Some(&value))
+                {
+                    stray.deleted.get_or_insert(Instant::now());
+                }
+            }
+        }
         for chunk in keys.chunks(CHECK_CHUNK) {
             let txn = json!({
                 "compare": chunk.iter().map(|key| kv::created_at(key, 0)).collect::<Vec<_>>(),
@@ -451,7 +622,10 @@ impl Lease {
             if self.client.call("kv/txn", &txn, until).await.is_ok() {
                 let now = Instant::now();
                 let mut strays = self.strays.lock().unwrap_or_else(|e| e.into_inner());
-                for stray in strays.iter_mut().filter(|s| chunk.contains(&s.key)) {
+                for stray in strays
+                    .iter_mut()
+                    .filter(|s| s.value.is_none() && chunk.contains(&s.key))
+                {
                     stray.deleted.get_or_insert(now);
                 }
             }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use super::client::Client;
 use super::grant::{self, Grant};
 use super::leases::{self, Leases};
-use super::queue::{Queue, Shape};
+use super::queue::{Barring, Queue, Shape};
+use super::session::{Session, SessionState};
 use super::target::Target;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -43,8 +44,12 @@ pub struct Lock {
     queue: Arc<Queue>,
     client: Arc<Client>,
     ttl_secs: i64,
-    /// This process's leases for the lock's ttl (found again after a fork).
+    /// This process's leases for the lock's ttl (found again after a fork),
+    /// or the session's.
     leases: Mutex<Arc<Leases>>,
+    session: Option<Arc<SessionState>>,
+    /// What the holder's key stores: the value given, else the identity.
+    value: Option<String>,
     prefix: String,
     default_timeout: Option<Duration>,
     holds: PerHolder<Grant>,
@@ -66,9 +71,25 @@ pub struct LockBuilder {
     timeout: Option<Duration>,
     connect_timeout: Duration,
     identity_prefix: Option<String>,
+    session: Option<Arc<SessionState>>,
+    value: Option<String>,
 }
 
 impl LockBuilder {
+    /// Holds the lock under `session`: its key rides on the session's
+    /// lease (the lock's own `ttl` is unused), its health is the session's
+    /// and the key's, and the session's `lock_delay` bars the name after a
+    /// lost session. The session and the lock must name the same members.
+    pub fn session(mut self, session: &Session) -> Self {
+        self.session = Some(session.state().clone());
+        self
+    }
+    /// What the holder's key stores, for [`holder`](super::holder) and
+    /// `lockyard status` to show (default: the holder's identity).
+    pub fn value(mut self, value: impl Into<String>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
     /// How long the lock outlives its holder's process (default
     /// [`DEFAULT_TTL`](crate::lease::DEFAULT_TTL)): the ttl of the etcd
     /// lease its key rides on, in whole seconds (rounded up).
@@ -113,18 +134,37 @@ impl LockBuilder {
             Some(prefix) => prefix,
             None => random_hex(8),
         };
-        let client = Arc::new(Client::new(target, connect_timeout));
         let what = format!("lock {:?}", self.name);
-        let queue = Arc::new(Queue::new(
-            client.clone(),
-            &self.name,
-            Shape::Lock,
-            what.clone(),
-        )?);
+        let (client, leases, queue) = match &self.session {
+            None => {
+                let client = Arc::new(Client::new(target, connect_timeout));
+                let queue = Queue::new(client.clone(), &self.name, Shape::Lock, what.clone())?;
+                (client.clone(), Leases::shared(&client, ttl_secs), queue)
+            }
+            Some(session) => {
+                if !session.client.targets(&target) {
+                    return Err(Error::config(
+                        "the session is on other etcd members than the lock's URL",
+                    ));
+                }
+                let client = session.client.clone();
+                let mut queue = Queue::new(client.clone(), &self.name, Shape::Lock, what.clone())?;
+                if session.leases.bars() {
+                    queue = queue.barred_by(Barring {
+                        kept: session.kept_value(self.value.as_deref()),
+                        session: session.id.clone(),
+                    });
+                }
+                (client, session.leases.clone(), queue)
+            }
+        };
+        let queue = Arc::new(queue);
         let giver = queue.clone();
         Ok(Lock {
             holds: PerHolder::new(what, move |grant| grant::give_back(&giver, &grant)),
-            leases: Mutex::new(Leases::shared(&client, ttl_secs)),
+            leases: Mutex::new(leases),
+            session: self.session,
+            value: self.value,
             queue,
             client,
             ttl_secs,
@@ -146,6 +186,8 @@ impl Lock {
             timeout: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             identity_prefix: None,
+            session: None,
+            value: None,
         }
     }
 
@@ -198,8 +240,14 @@ impl Lock {
     }
 
     fn take(&self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<Option<Grant>> {
+        if let Some(session) = &self.session {
+            session.usable()?;
+        }
         let key = self.queue.key(&random_hex(12));
-        let value = holder_identity(&self.prefix);
+        let value = match &self.value {
+            Some(value) => value.clone(),
+            None => holder_identity(&self.prefix),
+        };
         grant::take(
             &self.queue,
             &self.leases(),
@@ -210,10 +258,11 @@ impl Lock {
         )
     }
 
-    /// This process's leases: after a fork, the child's own.
+    /// This process's leases (after a fork, the child's own), or the
+    /// session's.
     fn leases(&self) -> Arc<Leases> {
         let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
-        if leases.pid() != std::process::id() {
+        if self.session.is_none() && leases.pid() != std::process::id() {
             *leases = Leases::shared(&self.client, self.ttl_secs);
         }
         leases.clone()

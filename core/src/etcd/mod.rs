@@ -6,6 +6,8 @@
 //!   name (etcd's concurrency recipe, one Txn per step);
 //! - `leases.rs`: this process's leases, kept alive by one task each, which
 //!   also checks the held keys and deletes keys left behind;
+//!   `session.rs`: [`Session`], one lease that locks live under, and the
+//!   bars of its lock_delay;
 //! - `client.rs`: requests to etcd's JSON gateway, failed over across the
 //!   members; `kv.rs`: the pieces of its requests and answers;
 //!   `target.rs`: the `etcd://` URL.
@@ -19,13 +21,16 @@ mod kv;
 mod leases;
 mod lock;
 mod queue;
+mod session;
 mod slots;
 mod target;
 mod wait_group;
 
+pub use crate::behavior::Behavior;
 pub use crate::state::{HolderState, LockState};
 pub use admin::{force_release, holder, inspect};
 pub use lock::{Lock, LockBuilder, LockGuard};
+pub use session::{Session, SessionBuilder};
 pub use wait_group::{WaitGroup, WaitGroupBuilder};
 
 /// One held slot of a [`WaitGroup`]; freed on drop.

@@ -42,8 +42,16 @@ pub(crate) struct Queue {
     /// unless it is the oldest of the name, and then every entry here is).
     pub(crate) own: String,
     pub(crate) limit: i64,
+    /// Set for a lock under a session with a lock_delay: its holders bar
+    /// the name (see `session.rs`).
+    barring: Option<Barring>,
     /// "lock \"deploy\"", for messages.
     what: String,
+}
+
+/// The session a bar was put by (its value's first word).
+fn bar_session(bar: &kv::Entry) -> &str {
+    bar.value.split(' ').next().unwrap_or_default()
 }
 
 /// What a name's keys were taken for, written into each key (`L1.`,
@@ -85,6 +93,16 @@ impl Shape {
             Shape::Group(limit) => format!("a wait group of limit {limit}"),
         }
     }
+}
+
+/// What a lock under a session with a lock_delay writes in its name's bar
+/// while it holds it: the session's id (its own bars never bar it), then
+/// the lock's value if the session's behavior keeps it readable.
+#[derive(Clone)]
+pub(crate) struct Barring {
+    pub(crate) session: String,
+    /// The lock's value, kept in its bars (behavior `release`).
+    pub(crate) kept: Option<String>,
 }
 
 /// How a [`Queue::take`] ended, short of an error. `resent`: the put of the
@@ -133,8 +151,66 @@ impl Queue {
             prefix: format!("lockyard/{escaped}/"),
             shape,
             limit: shape.limit(),
+            barring: None,
             what,
         })
+    }
+
+    /// The line of a lock whose holders bar the name (`barring`).
+    pub(crate) fn barred_by(mut self, barring: Barring) -> Queue {
+        self.barring = Some(barring);
+        self
+    }
+
+    /// `lockyard/<escaped name>.bar`: outside every line's range (a name's
+    /// escaped form has no '/').
+    pub(crate) fn bar_key(&self) -> String {
+        format!("{}.bar", self.prefix.trim_end_matches('/'))
+    }
+
+    /// The bar of this line's holder `key`: `<session> <key's nonce>[
+    /// <value>]`, each grant's own, so that a delete of it (a release, a
+    /// sweep after a failure) is conditional on it and never takes the bar
+    /// of a later grant.
+    pub(crate) fn bar_value(&self, key: &str) -> Option<String> {
+        let barring = self.barring.as_ref()?;
+        let nonce = key.rsplit('-').next().unwrap_or(key);
+        Some(match &barring.kept {
+            Some(value) => format!("{} {nonce} {value}", barring.session),
+            None => format!("{} {nonce}", barring.session),
+        })
+    }
+
+    /// Whether `bar` (a read of the bar key) bars this line's entries: a
+    /// bar of another session.
+    fn is_barred(&self, bar: &[kv::Entry]) -> bool {
+        bar.first().is_some_and(|bar| {
+            let session = bar_session(bar);
+            self.barring
+                .as_ref()
+                .is_none_or(|ours| ours.session != session)
+        })
+    }
+
+    /// Whether the holder `key` may leave a bar behind when it goes: taken
+    /// under a session with a lock_delay (`s<session>-<nonce>`).
+    fn may_leave_bar(&self, key: &str) -> bool {
+        key.strip_prefix(&self.own)
+            .is_some_and(|nonce| nonce.starts_with('s'))
+    }
+
+    /// Whether `entry`, the oldest of its line, holds despite `bar`: with a
+    /// bar, only a key of the bar's own session holds; every other entry
+    /// waits for the bar to go.
+    pub(crate) fn holds_despite(&self, bar: Option<&kv::Entry>, entry: &kv::Entry) -> bool {
+        let Some(bar) = bar else { return true };
+        let session = entry
+            .key
+            .strip_prefix(&self.own)
+            .and_then(|nonce| nonce.strip_prefix('s'))
+            .and_then(|nonce| nonce.split_once('-'))
+            .map(|(session, _)| session);
+        session == Some(bar_session(bar))
     }
 
     pub(crate) fn what(&self) -> &str {
@@ -148,7 +224,10 @@ impl Queue {
 
     /// A key of this line for one acquire: `<prefix><shape>.<nonce>`.
     pub(crate) fn key(&self, nonce: &str) -> String {
-        format!("{}{nonce}", self.own)
+        match &self.barring {
+            Some(barring) => format!("{}s{}-{nonce}", self.own, barring.session),
+            None => format!("{}{nonce}", self.own),
+        }
     }
 
     /// The shape `key` was put with (None for a key not of ours).
@@ -307,8 +386,11 @@ impl Queue {
         loop {
             let tick = tokio::time::sleep(self.client.request_timeout());
             match first_of(watch.as_mut(), lost.as_mut(), tick).await {
-                // The holder just ahead went: this key holds, no read needed.
-                Ended::Watch(Ok(Gone::Ahead)) if next => return Ok(Turn::Holds),
+                // The holder just ahead went: this key holds, no read
+                // needed, unless that holder may have left a bar.
+                Ended::Watch(Ok(Gone::Ahead)) if next && !self.may_leave_bar(ahead) => {
+                    return Ok(Turn::Holds)
+                }
                 Ended::Watch(ended) => return ended.map(|_| Turn::Look),
                 Ended::Lost => return Ok(Turn::Lost),
                 Ended::Tick => match self.place(key, revision).await {
@@ -332,6 +414,7 @@ impl Queue {
     ) -> Result<Option<(i64, bool, bool)>> {
         let holders = kv::oldest(&self.own, self.limit);
         let oldest = kv::oldest(&self.prefix, 1);
+        let bar = kv::read(&self.bar_key());
         // Put only while the name has no key of another shape, in the same
         // Txn: every key of a name is of one shape, and an entry refused
         // writes nothing.
@@ -344,8 +427,10 @@ impl Queue {
             "success": [
                 {"request_put": {"key": kv::encode(key), "value": kv::encode(value), "lease": lease.id}},
                 holders,
+                oldest,
+                bar,
             ],
-            "failure": [kv::get(key), holders, oldest],
+            "failure": [kv::get(key), holders, oldest, bar],
         });
         let answer = self
             .client
@@ -361,7 +446,8 @@ impl Queue {
             }
         };
         let holders = kv::entries(kv::response(&answer, 1));
-        let holds = holders.iter().any(|entry| entry.key == key);
+        let holds = holders.iter().any(|entry| entry.key == key)
+            && !self.is_barred(&kv::entries(kv::response(&answer, 3)));
         let revision = if answer["succeeded"].as_bool() == Some(true) {
             kv::revision(&answer)
         } else {
@@ -383,6 +469,7 @@ impl Queue {
             kv::get(key),
             kv::oldest(&self.own, self.limit),
             kv::newest_before(&self.own, revision),
+            kv::read(&self.bar_key()),
         ]});
         let answer = self.call("kv/txn", &txn, "reading the lock").await?;
         if kv::entries(kv::response(&answer, 0)).is_empty() {
@@ -392,6 +479,16 @@ impl Queue {
             .iter()
             .any(|entry| entry.key == key)
         {
+            if self.is_barred(&kv::entries(kv::response(&answer, 3))) {
+                // First in line, behind another session's bar: wait for
+                // it to go (released, or run out lock_delay after its
+                // session did).
+                return Ok(Place::Behind {
+                    ahead: self.bar_key(),
+                    revision: kv::revision(&answer),
+                    next: false,
+                });
+            }
             return Ok(Place::Holds);
         }
         let holders = kv::entries(kv::response(&answer, 1));
@@ -399,10 +496,13 @@ impl Queue {
         Ok(match ahead.into_iter().next() {
             // Only a lock's waiter knows one key whose end frees it; with
             // room for several holders any release may (see `until_gone`).
+            // With a bar there, the first in line may be barred, not
+            // holding: its going hands nothing over.
             Some(entry) if self.limit == 1 => Place::Behind {
                 next: holders
                     .first()
-                    .is_some_and(|holder| holder.key == entry.key),
+                    .is_some_and(|holder| holder.key == entry.key)
+                    && kv::entries(kv::response(&answer, 3)).is_empty(),
                 ahead: entry.key,
                 revision: kv::revision(&answer),
             },
@@ -493,10 +593,39 @@ impl Queue {
     /// it: with the lease live when the release began (`was_live`), that is
     /// the release, not a loss.
     pub(crate) async fn leave(&self, key: &str, revision: i64, was_live: bool) -> Result<bool> {
+        self.leave_holding(key, revision, was_live, false).await
+    }
+
+    /// [`Queue::leave`]; a holder's (`held`) also deletes its bar, if the
+    /// bar is still its own, in the same Txn.
+    pub(crate) async fn leave_holding(
+        &self,
+        key: &str,
+        revision: i64,
+        was_live: bool,
+        held: bool,
+    ) -> Result<bool> {
+        let mut delete = vec![json!({"request_delete_range": {"key": kv::encode(key)}})];
+        let mut failure = vec![kv::get(key)];
+        // Its own bar goes with it. With the key gone already, only if the
+        // lease was live when the release began (the key was deleted by
+        // hand; it would bar the name as long as the session lives): a
+        // lost session's bar stands for its lock_delay.
+        if let Some(bar_value) = self.bar_value(key).filter(|_| held) {
+            let bar = self.bar_key();
+            let drop_bar = json!({"request_txn": {
+                "compare": [kv::valued(&bar, &bar_value)],
+                "success": [{"request_delete_range": {"key": kv::encode(&bar)}}],
+            }});
+            if was_live {
+                failure.push(drop_bar.clone());
+            }
+            delete.push(drop_bar);
+        }
         let txn = json!({
             "compare": [kv::created_at(key, revision)],
-            "success": [{"request_delete_range": {"key": kv::encode(key)}}],
-            "failure": [kv::get(key)],
+            "success": delete,
+            "failure": failure,
         });
         let (answer, resent) = self
             .client
@@ -506,6 +635,33 @@ impl Queue {
         let deleted = answer["succeeded"].as_bool() == Some(true);
         let gone = kv::entries(kv::response(&answer, 0)).is_empty();
         Ok(deleted || (resent && was_live && gone))
+    }
+
+    /// Bars the name for other sessions while `key` (created at
+    /// `revision`) holds it, on the session's bar lease. An error if the key
+    /// is gone meanwhile: the grant is lost.
+    pub(crate) async fn put_bar(&self, key: &str, revision: i64, bars: &Lease) -> Result<()> {
+        let Some(bar_value) = self.bar_value(key) else {
+            return Ok(());
+        };
+        let bar = self.bar_key();
+        let txn = json!({
+            "compare": [kv::created_at(key, revision)],
+            "success": [{"request_put": {
+                "key": kv::encode(&bar),
+                "value": kv::encode(&bar_value),
+                "lease": bars.id,
+            }}],
+        });
+        let answer = self.call("kv/txn", &txn, "barring the lock").await?;
+        if answer["succeeded"].as_bool() != Some(true) {
+            return Err(Error::backend(
+                self.client.shown(),
+                "barring the lock",
+                format!("the key of {} went as it was granted", self.what),
+            ));
+        }
+        Ok(())
     }
 
     /// Deletes what `range` names, whoever holds it (operators only).
@@ -537,10 +693,19 @@ impl Queue {
     }
 
     /// Whether anyone holds the name, whatever it was taken as.
+    /// A name barred by a lost session counts as held: it cannot be taken.
     pub(crate) async fn anyone_holds(&self) -> Result<bool> {
-        let txn = json!({"success": [kv::oldest(&self.prefix, 1)]});
+        let txn = json!({"success": [kv::oldest(&self.prefix, 1), kv::read(&self.bar_key())]});
         let answer = self.call("kv/txn", &txn, "reading the lock").await?;
-        Ok(!kv::entries(kv::response(&answer, 0)).is_empty())
+        Ok(!kv::entries(kv::response(&answer, 0)).is_empty()
+            || !kv::entries(kv::response(&answer, 1)).is_empty())
+    }
+
+    /// The name's bar, if a session's lock bars it.
+    pub(crate) async fn bar(&self) -> Result<Option<kv::Entry>> {
+        let txn = json!({"success": [kv::read(&self.bar_key())]});
+        let answer = self.call("kv/txn", &txn, "reading the lock").await?;
+        Ok(kv::entries(kv::response(&answer, 0)).into_iter().next())
     }
 
     /// The oldest `limit` keys: the holders, with their values.

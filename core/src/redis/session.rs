@@ -33,8 +33,7 @@ use crate::lease::{Lease, DEFAULT_CONNECT_TIMEOUT};
 use crate::limits;
 use crate::runtime;
 
-mod behavior;
-pub use behavior::Behavior;
+pub use crate::behavior::Behavior;
 
 /// A lease that locks and elections live under; see the module docs.
 ///

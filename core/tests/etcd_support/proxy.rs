@@ -21,6 +21,11 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(upstream: u16, marker: &'static str) -> Proxy {
+        Proxy::start_marking(upstream, Arc::new(std::sync::Mutex::new(marker.to_owned())))
+    }
+
+    /// [`Proxy::start`] with a marker the test may change as it goes.
+    pub fn start_marking(upstream: u16, marker: Arc<std::sync::Mutex<String>>) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -42,7 +47,8 @@ impl Proxy {
             };
             client.set_nonblocking(false).unwrap();
             let (lose, delay) = (lose.clone(), delay.clone());
-            std::thread::spawn(move || forward(client, upstream, marker, &lose, &delay));
+            let marker = marker.lock().unwrap().clone();
+            std::thread::spawn(move || forward(client, upstream, &marker, &lose, &delay));
         });
         Proxy {
             port,

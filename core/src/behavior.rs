@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 #[non_exhaustive]
 pub enum Behavior {
     /// The locks are freed; each one's value stays readable through
-    /// [`holder`](crate::redis::holder) until the name is granted again (kept at
-    /// most an hour).
+    /// `holder` until the name is granted again: on Redis kept at most an
+    /// hour, on etcd while the name is barred (its `lock_delay`).
     #[default]
     Release,
     /// The locks are freed and their values deleted with them.

@@ -1,0 +1,285 @@
+//! An etcd session: one lease, kept alive every ttl/3, that locks live
+//! under (etcd's `concurrency.Session`, with the Redis sessions' meaning).
+//! Its locks' keys ride on the session's lease, so they are lost together
+//! when it is; `destroy()` revokes it and frees them at once.
+//!
+//! `lock_delay`: a session that has one also holds a second lease, of ttl +
+//! lock_delay, renewed right after the first and only while it is. Each
+//! lock it holds puts a bar, `lockyard/<name>.bar`, on that lease; every
+//! entry of the name (under any session or none) waits while a bar of
+//! another session is there. A clean release deletes its bar; a lost
+//! session's bars outlive its keys by lock_delay; `destroy()` revokes them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::client::Client;
+use super::leases::{self, Lease, Leases};
+use super::target::Target;
+use crate::behavior::Behavior;
+use crate::error::{Error, Result};
+use crate::identity::random_hex;
+use crate::lease::DEFAULT_CONNECT_TIMEOUT;
+use crate::limits;
+use crate::runtime;
+
+/// A lease that locks live under; see the module docs.
+///
+/// ```no_run
+/// use std::time::{Duration, Instant};
+/// use lockyard::etcd::{Lock, Session};
+///
+/// let url = "etcd://127.0.0.1:2379";
+/// let session = Session::builder(url).ttl(Duration::from_secs(15)).build()?;
+/// let lock = Lock::builder(url, "task-7").session(&session).value("worker-3").build()?;
+/// if let Some(guard) = lock.try_acquire()? {
+///     guard.check_health()?; // the session's health, and the key's
+/// }
+/// session.destroy()?; // frees every lock held under it at once
+/// # Ok::<(), lockyard::Error>(())
+/// ```
+pub struct Session {
+    state: Arc<SessionState>,
+}
+
+/// Options for a [`Session`]; start with [`Session::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct SessionBuilder {
+    url: String,
+    ttl: Duration,
+    behavior: Behavior,
+    lock_delay: Duration,
+    connect_timeout: Duration,
+}
+
+impl SessionBuilder {
+    /// The session's ttl unless [`SessionBuilder::ttl`] sets one.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+    /// The session's lock_delay unless [`SessionBuilder::lock_delay`] sets one.
+    pub const DEFAULT_LOCK_DELAY: Duration = Duration::from_secs(15);
+
+    /// How long the session outlives its last keep-alive (default
+    /// [`DEFAULT_TTL`](Self::DEFAULT_TTL)): its lease's ttl, in whole
+    /// seconds (rounded up; at least 1 s, at most 30 days).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// What the session's end does to its locks' values (default
+    /// [`Behavior::default`]): with [`Behavior::Release`] a lock's value
+    /// stays readable through [`holder`](super::holder) while its name is
+    /// barred after a lost session.
+    pub fn behavior(mut self, behavior: Behavior) -> Self {
+        self.behavior = behavior;
+        self
+    }
+    /// How long the names of a session lost without [`Session::destroy`]
+    /// stay barred after its lease ran out (default
+    /// [`DEFAULT_LOCK_DELAY`](Self::DEFAULT_LOCK_DELAY); zero disables it;
+    /// whole seconds, rounded up; at most 30 days).
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self
+    }
+    /// How long one request to a member may take before the next member is
+    /// tried (default [`DEFAULT_CONNECT_TIMEOUT`](crate::lease::DEFAULT_CONNECT_TIMEOUT)).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Validates the options, grants the session's lease (and its bar
+    /// lease) and starts keeping them alive.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a ttl under 1 s, a ttl, lock_delay or
+    /// connect_timeout over 30 days, or a bad URL; [`Error::Backend`] if no
+    /// member answers.
+    pub fn build(self) -> Result<Session> {
+        let target = Target::parse(&self.url)?;
+        let ttl_secs = leases::ttl_secs(self.ttl)?;
+        let lock_delay = limits::period("lock_delay", self.lock_delay)?;
+        let connect_timeout = limits::positive_period("connect_timeout", self.connect_timeout)?;
+        let delay_secs = lock_delay.as_secs() as i64 + i64::from(lock_delay.subsec_nanos() > 0);
+        let client = Arc::new(Client::new(target, connect_timeout));
+        let bar_ttl = (delay_secs > 0).then_some(ttl_secs + delay_secs);
+        let leases = Arc::new(Leases::session(&client, ttl_secs, bar_ttl));
+        let until = Instant::now() + connect_timeout * 3;
+        let lease = runtime::block_on(leases.live(until))?;
+        Ok(Session {
+            state: Arc::new(SessionState {
+                id: random_hex(8),
+                client,
+                leases,
+                lease,
+                behavior: self.behavior,
+                lock_delay,
+                ttl: Duration::from_secs(ttl_secs as u64),
+                destroyed: AtomicBool::new(false),
+                pid: std::process::id(),
+            }),
+        })
+    }
+}
+
+impl Session {
+    /// Options for a session on the etcd cluster at `url`.
+    pub fn builder(url: impl Into<String>) -> SessionBuilder {
+        SessionBuilder {
+            url: url.into(),
+            ttl: SessionBuilder::DEFAULT_TTL,
+            behavior: Behavior::default(),
+            lock_delay: SessionBuilder::DEFAULT_LOCK_DELAY,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The session's random id, written in its bars.
+    pub fn id(&self) -> &str {
+        &self.state.id
+    }
+
+    /// The lease's ttl, in whole seconds.
+    pub fn ttl(&self) -> Duration {
+        self.state.ttl
+    }
+
+    /// See [`SessionBuilder::behavior`].
+    pub fn behavior(&self) -> Behavior {
+        self.state.behavior
+    }
+
+    /// See [`SessionBuilder::lock_delay`].
+    pub fn lock_delay(&self) -> Duration {
+        self.state.lock_delay
+    }
+
+    /// Whether the session (and so every lock under it) is surely live:
+    /// not destroyed, its lease not gone, kept alive within its ttl. Reads
+    /// a flag and the clock; never touches etcd.
+    pub fn healthy(&self) -> bool {
+        self.state.check_health().is_ok()
+    }
+
+    /// # Errors
+    /// [`Error::LockUnhealthy`] if the session was destroyed or may be lost.
+    pub fn check_health(&self) -> Result<()> {
+        self.state.check_health()
+    }
+
+    /// Frees every lock held under the session at once (no lock_delay):
+    /// revokes its leases, so that its keys and bars go. Locks under it
+    /// report unhealthy afterwards; calling it again does nothing. In a
+    /// process forked from the one that built it, it only marks the session
+    /// ended for this process.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if no member answered; the session is ended here
+    /// all the same, and etcd frees what it held when the leases run out.
+    pub fn destroy(&self) -> Result<()> {
+        self.state.destroy()
+    }
+
+    /// Destroys the session as a drop does, in the background, and returns
+    /// at once (a garbage collector's finalizer).
+    pub fn destroy_in_background(&self) {
+        let state = self.state.clone();
+        runtime::spawn_blocking(move || {
+            if let Err(e) = state.destroy() {
+                log::warn!("destroying etcd session {} failed: {e}", state.id);
+            }
+        });
+    }
+
+    pub(crate) fn state(&self) -> &Arc<SessionState> {
+        &self.state
+    }
+}
+
+impl Drop for Session {
+    /// A dropped session is destroyed.
+    fn drop(&mut self) {
+        if let Err(e) = self.state.destroy() {
+            log::warn!(
+                "destroying etcd session {} on drop failed: {e}",
+                self.state.id
+            );
+        }
+    }
+}
+
+pub(crate) struct SessionState {
+    pub(crate) id: String,
+    pub(crate) client: Arc<Client>,
+    pub(crate) leases: Arc<Leases>,
+    /// The one lease of [`SessionState::leases`], never granted again.
+    lease: Arc<Lease>,
+    pub(crate) behavior: Behavior,
+    lock_delay: Duration,
+    ttl: Duration,
+    destroyed: AtomicBool,
+    pid: u32,
+}
+
+impl SessionState {
+    /// The value a lock with `value` keeps in its bars: with behavior
+    /// `release`, readable through `holder` while the name is barred.
+    pub(crate) fn kept_value(&self, value: Option<&str>) -> Option<String> {
+        match self.behavior {
+            Behavior::Release => value.map(str::to_owned),
+            _ => None,
+        }
+    }
+
+    fn what(&self) -> String {
+        format!("etcd session {}", self.id)
+    }
+
+    /// Ok while locks may be taken under the session: a Config error once
+    /// it was destroyed, LockUnhealthy once it may be lost, Config in a
+    /// forked child (its keep-alive runs in the parent).
+    pub(crate) fn usable(&self) -> Result<()> {
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(Error::config(format!(
+                "{} was destroyed; locks cannot be taken under it",
+                self.what()
+            )));
+        }
+        if self.pid != std::process::id() {
+            return Err(Error::config(format!(
+                "{} belongs to the process that built it (pid {}); build a session in this one",
+                self.what(),
+                self.pid
+            )));
+        }
+        self.check_health()
+    }
+
+    fn check_health(&self) -> Result<()> {
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(Error::LockUnhealthy {
+                what: self.what(),
+                reason: "the session was destroyed".into(),
+            });
+        }
+        match self.lease.health.problem() {
+            None => Ok(()),
+            Some(reason) => Err(Error::LockUnhealthy {
+                what: self.what(),
+                reason,
+            }),
+        }
+    }
+
+    fn destroy(&self) -> Result<()> {
+        if self.destroyed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if self.pid != std::process::id() {
+            return Ok(());
+        }
+        runtime::block_on(self.leases.end("the session was destroyed"))
+    }
+}
