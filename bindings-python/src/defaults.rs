@@ -5,6 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use lockyard::etcd::SessionBuilder as EtcdSessionBuilder;
 use lockyard::gcs::LockBuilder as GcsLockBuilder;
 use lockyard::lease::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_REFRESH_FAILS, DEFAULT_TTL};
 use lockyard::redis::{Behavior, SessionBuilder};
@@ -30,6 +31,15 @@ pub(crate) fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     )?;
     session.set_item("connect_timeout", DEFAULT_CONNECT_TIMEOUT.as_secs_f64())?;
     by_class.set_item("RedisSession", session)?;
+    let etcd_session = PyDict::new(py);
+    etcd_session.set_item("ttl", EtcdSessionBuilder::DEFAULT_TTL.as_secs_f64())?;
+    etcd_session.set_item("behavior", Behavior::default().as_str())?;
+    etcd_session.set_item(
+        "lock_delay",
+        EtcdSessionBuilder::DEFAULT_LOCK_DELAY.as_secs_f64(),
+    )?;
+    etcd_session.set_item("connect_timeout", DEFAULT_CONNECT_TIMEOUT.as_secs_f64())?;
+    by_class.set_item("EtcdSession", etcd_session)?;
     let gcs = PyDict::new(py);
     gcs.set_item("thread_safe", GcsLockBuilder::DEFAULT_THREAD_SAFE)?;
     gcs.set_item("ttl", GcsLockBuilder::DEFAULT_TTL.as_secs_f64())?;

@@ -6,6 +6,7 @@ use pyo3::types::PyAny;
 
 use crate::convert::{optional_seconds, seconds, text};
 use crate::per_thread::per_thread_lock_methods;
+use crate::session::EtcdSession;
 use crate::unlocked::{detached, Unlocked};
 
 /// A distributed lock on etcd, for locks that must hold through a
@@ -30,11 +31,14 @@ per_thread_lock_methods!(EtcdLock, "lockyard.etcd.Lock", {
     /// ``lockyard.ConfigError``. ``ttl`` is the lease's, in whole seconds
     /// (rounded up); ``timeout`` is the wait of ``with lock:`` (None:
     /// forever); ``connect_timeout`` bounds each request to a member.
+    /// Under a ``session`` the lock's key rides on the session's lease (no
+    /// ``ttl`` of its own) and stores ``value`` (see ``holder()``).
     #[new]
     #[pyo3(
-        signature = (url, name, ttl=None, timeout=None, *, identity_prefix=None, connect_timeout=None),
-        text_signature = "(url, name, ttl=30.0, timeout=None, *, identity_prefix=None, connect_timeout=5.0)"
+        signature = (url, name, ttl=None, timeout=None, *, identity_prefix=None, connect_timeout=None, session=None, value=None),
+        text_signature = "(url, name, ttl=30.0, timeout=None, *, identity_prefix=None, connect_timeout=5.0, session=None, value=None)"
     )]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         url: &Bound<'_, PyAny>,
@@ -43,6 +47,8 @@ per_thread_lock_methods!(EtcdLock, "lockyard.etcd.Lock", {
         timeout: Option<&Bound<'_, PyAny>>,
         identity_prefix: Option<&Bound<'_, PyAny>>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
+        session: Option<&Bound<'_, EtcdSession>>,
+        value: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let name = text("name", name)?;
         let mut builder = lockyard::etcd::Lock::builder(text("url", url)?, name.clone())
@@ -56,6 +62,12 @@ per_thread_lock_methods!(EtcdLock, "lockyard.etcd.Lock", {
         if let Some(prefix) = identity_prefix.filter(|p| !p.is_none()) {
             builder = builder.identity_prefix(text("identity_prefix", prefix)?);
         }
+        if let Some(value) = value.filter(|v| !v.is_none()) {
+            builder = builder.value(text("value", value)?);
+        }
+        if let Some(session) = session {
+            builder = session.get().session.call(py, |s| Ok(builder.session(s)))?;
+        }
         Ok(EtcdLock {
             lock: Unlocked::build(py, || builder.build())?,
             name,
@@ -63,8 +75,8 @@ per_thread_lock_methods!(EtcdLock, "lockyard.etcd.Lock", {
     }
 });
 
-/// `lockyard.etcd.holder(url, name)`: the identity stored by the lock's
-/// current holder, or None.
+/// `lockyard.etcd.holder(url, name)`: what the lock's current holder
+/// stored (its value under a session, else its identity), or None.
 #[pyfunction]
 pub(crate) fn etcd_holder(
     py: Python<'_>,

@@ -53,6 +53,10 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     module.add_function(wrap_pyfunction!(etcd_lock::etcd_holder, module)?)?;
     module.add(
+        "EtcdSession",
+        module.py().get_type::<session::EtcdSession>(),
+    )?;
+    module.add(
         "RedisSession",
         module.py().get_type::<session::RedisSession>(),
     )?;

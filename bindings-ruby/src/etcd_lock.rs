@@ -8,13 +8,14 @@ use crate::convert;
 use crate::errors::OrRaise;
 use crate::nogvl::NoGvl;
 use crate::per_thread::per_thread_lock;
+use crate::session::EtcdSession;
 
 per_thread_lock!(Lock, lockyard::etcd::Lock, "Lockyard::Etcd::Lock");
 
 pub(crate) fn define(ruby: &Ruby, etcd: RModule) -> Result<(), Error> {
     let class = etcd.define_class("Lock", ruby.class_object())?;
     class.undef_default_alloc_func();
-    class.define_singleton_method("build", method!(Lock::build, 6))?;
+    class.define_singleton_method("build", method!(Lock::build, 8))?;
     etcd.define_module_function("holder", function!(holder, 2))?;
     Lock::define_shared(class)
 }
@@ -34,6 +35,8 @@ impl Lock {
         timeout: Value,
         identity_prefix: Value,
         connect_timeout: Value,
+        session: Value,
+        value: Value,
     ) -> Result<Obj<Lock>, Error> {
         let build = || {
             let name = convert::string("name", name)?;
@@ -49,6 +52,15 @@ impl Lock {
             if let Some(prefix) = convert::optional_string("identity_prefix", identity_prefix)? {
                 builder = builder.identity_prefix(prefix);
             }
+            if let Some(value) = convert::optional_string("value", value)? {
+                builder = builder.value(value);
+            }
+            if !session.is_nil() {
+                let session = EtcdSession::given(session)?;
+                builder = session
+                    .core
+                    .nonblocking(ruby, |session| session.bind(builder));
+            }
             Ok(Lock {
                 core: NoGvl::new(builder.build()?),
                 name,
@@ -59,8 +71,8 @@ impl Lock {
     }
 }
 
-/// `Lockyard::Etcd.holder(url, name)`: the identity stored by the lock's
-/// current holder, or nil.
+/// `Lockyard::Etcd.holder(url, name)`: what the lock's current holder
+/// stored (its value under a session, else its identity), or nil.
 fn holder(ruby: &Ruby, url: Value, name: Value) -> Result<Option<String>, Error> {
     let url = convert::string("url", url).or_raise(ruby)?;
     let name = convert::string("name", name).or_raise(ruby)?;

@@ -44,6 +44,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     thread_watch::define(lockyard)?;
     let etcd = lockyard.define_module("Etcd")?;
     etcd_lock::define(ruby, etcd)?;
+    session::define_etcd(ruby, etcd)?;
     wait_group::define(ruby, redis, etcd)?;
     let gcs = lockyard.define_module("GCS")?;
     gcs_lock::define(ruby, gcs)

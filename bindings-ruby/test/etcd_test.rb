@@ -172,6 +172,44 @@ class EtcdLockTest < Minitest::Test
   end
 end
 
+class EtcdSessionTest < Minitest::Test
+  def setup
+    @etcd = EtcdServer.instance
+    @name = "ruby-#{name}-#{SecureRandom.hex(4)}"
+  end
+
+  def test_a_lock_under_a_session_stores_its_value_and_open_destroys_it
+    other = Lockyard::Etcd::Lock.new(url: @etcd.url, name: @name, ttl: 5)
+    lock = nil
+    Lockyard::Etcd::Session.open(url: @etcd.url, ttl: 5, lock_delay: 30) do |session|
+      assert session.healthy?
+      assert_equal [5.0, 30.0, "release"], [session.ttl, session.lock_delay, session.behavior]
+      lock = Lockyard::Etcd::Lock.new(url: @etcd.url, name: @name, session: session, value: "worker-3")
+      lock.lock(timeout: 5)
+      lock.check_health!
+      assert_equal "worker-3", Lockyard::Etcd.holder(@etcd.url, @name)
+      refute other.try_lock
+    end
+    refute lock.healthy?
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    other.lock(timeout: 5)
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 1.0, "no lock_delay after destroy"
+    other.unlock
+    lock.unlock # lost with its session: warns
+    assert_raises(Lockyard::ConfigError) { lock.try_lock }
+    assert_empty(@etcd.keys.select { |key| key.include?(@name) })
+  end
+
+  def test_bad_options_raise_config_error
+    assert_raises(Lockyard::ConfigError) { Lockyard::Etcd::Session.new(url: @etcd.url, ttl: 0.5) }
+    assert_raises(Lockyard::ConfigError) { Lockyard::Etcd::Session.new(url: @etcd.url, behavior: "keep") }
+    assert_raises(ArgumentError) { Lockyard::Etcd::Session.new(url: @etcd.url, ttl: 5, lease: 3) }
+    assert_raises(Lockyard::ConfigError) do
+      Lockyard::Etcd::Lock.new(url: @etcd.url, name: @name, session: Object.new)
+    end
+  end
+end
+
 class EtcdWaitGroupTest < Minitest::Test
   def setup
     @etcd = EtcdServer.instance

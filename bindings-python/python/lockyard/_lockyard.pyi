@@ -15,6 +15,7 @@ from typing_extensions import Self, final
 
 __all__ = [
     "EtcdLock",
+    "EtcdSession",
     "EtcdWaitGroup",
     "GcsLock",
     "QuorumRwLock",
@@ -95,6 +96,8 @@ class EtcdLock:
         *,
         identity_prefix: str | None = None,
         connect_timeout: float = 5.0,
+        session: EtcdSession | None = None,
+        value: str | None = None,
     ) -> Self: ...
     def __enter__(self) -> Self: ...
     def __exit__(
@@ -308,6 +311,41 @@ class GcsLock:
 class RedisSession:
     """A lease that locks and elections live under, exported as
     ``lockyard.redis.Session``; a context manager that destroys it on exit.
+    """
+
+    def __new__(
+        cls,
+        url: str,
+        ttl: float = 15.0,
+        behavior: str = "release",
+        lock_delay: float = 15.0,
+        *,
+        connect_timeout: float = 5.0,
+    ) -> Self: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+    def destroy(self) -> None: ...
+    @property
+    def healthy(self) -> bool: ...
+    def check_health(self) -> None: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def ttl(self) -> float: ...
+    @property
+    def lock_delay(self) -> float: ...
+    @property
+    def behavior(self) -> str: ...
+
+@final
+class EtcdSession:
+    """An etcd lease that locks live under, exported as
+    ``lockyard.etcd.Session``; a context manager that destroys it on exit.
     """
 
     def __new__(

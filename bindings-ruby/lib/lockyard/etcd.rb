@@ -25,9 +25,14 @@ module Lockyard
       # @param identity_prefix [String, nil] prefix of holder identities (default: random)
       # @param connect_timeout [Numeric, nil] how long one request to a member may take before
       #   the next member is tried (default 5)
+      # @param session [Lockyard::Etcd::Session, nil] hold the lock under this session: its key
+      #   rides on the session's lease (the lock's ttl is unused) and shares its health
+      # @param value [String, nil] what the holder's key stores, for {Etcd.holder}
+      #   (default: the holder's identity)
       # @raise [Lockyard::ConfigError]
-      def self.new(url:, name:, ttl: nil, timeout: nil, identity_prefix: nil, connect_timeout: nil)
-        build(url, name, ttl, timeout, identity_prefix, connect_timeout)
+      def self.new(url:, name:, ttl: nil, timeout: nil, identity_prefix: nil, connect_timeout: nil,
+                   session: nil, value: nil)
+        build(url, name, ttl, timeout, identity_prefix, connect_timeout, session, value)
       end
       private_class_method :build
 
@@ -88,7 +93,50 @@ module Lockyard
       Slot = Lockyard::SlotGroup::Slot
     end
 
+    # An etcd lease that locks live under, kept alive every ttl / 3 (whole
+    # seconds). Locks under it put their keys on its lease: they are lost
+    # with it, share its health, and are freed at once by {#destroy}, which
+    # revokes it. A session lost without {#destroy} leaves its names barred
+    # for +lock_delay+ more seconds, for every lock of those names.
+    #
+    #   Lockyard::Etcd::Session.open(url: url, ttl: 15) do |session|
+    #     Lockyard::Etcd::Lock.new(url: url, name: "task-7", session: session).synchronize { run }
+    #   end
+    class Session
+      # Options left nil take the core's defaults, stated with each.
+      # @param url [String] as for {Lock.new}
+      # @param ttl [Numeric, nil] the lease's ttl in whole seconds, rounded up (default 15)
+      # @param behavior [String, nil] "release" keeps a lock's value readable by {Etcd.holder}
+      #   while its name is barred; "delete" keeps none (default "release")
+      # @param lock_delay [Numeric, nil] how long a lost session's names stay barred, in whole
+      #   seconds, rounded up; 0 disables it (default 15)
+      # @param connect_timeout [Numeric, nil] (default 5)
+      # @raise [Lockyard::ConfigError] for a bad value
+      # @raise [Lockyard::BackendError] if no member answers
+      def self.new(url:, ttl: nil, behavior: nil, lock_delay: nil, connect_timeout: nil)
+        build(url, ttl, behavior, lock_delay, connect_timeout)
+      end
+      private_class_method :build
+
+      # Creates a session, yields it, and destroys it however the block is
+      # left (see {Lockyard::Redis::Session.open}).
+      # @return the block's value
+      def self.open(**options)
+        session = new(**options)
+        Lockyard.give_back_after(-> { session.destroy }) { yield session }
+      end
+
+      # The other methods are {Lockyard::Redis::Session}'s: destroy, healthy?,
+      # check_health!, id, ttl, lock_delay, behavior.
+
+      def inspect
+        "#<#{self.class} id=#{id} healthy=#{healthy?}>"
+      end
+    end
+
     # @!method self.holder(url, name)
-    #   @return [String, nil] the identity stored by the lock's current holder
+    #   @return [String, nil] what the lock's current holder stored (its value under a
+    #     session, else its identity); while a lost session's lock_delay bars the name, the
+    #     value it held it with if its behavior is "release"
   end
 end

@@ -78,6 +78,23 @@ local!(redis::Session {
     fn behavior() -> redis::Behavior;
 });
 
+local!(etcd::Session {
+    fn destroy_in_background() -> ();
+    fn healthy() -> bool;
+    fn check_health() -> Result<()>;
+    fn id() -> &str;
+    fn ttl() -> Duration;
+    fn lock_delay() -> Duration;
+    fn behavior() -> redis::Behavior;
+});
+
+/// `builder`'s lock, to be held under this session: touches no server.
+impl Local<'_, etcd::Session> {
+    pub(crate) fn bind(&self, builder: etcd::LockBuilder) -> etcd::LockBuilder {
+        builder.session(self.0)
+    }
+}
+
 /// Binding a lock or an election to a session touches no server either.
 impl Local<'_, redis::Session> {
     /// `builder`'s lock, to be held under this session.
