@@ -427,10 +427,11 @@ impl Queue {
             "success": [
                 {"request_put": {"key": kv::encode(key), "value": kv::encode(value), "lease": lease.id}},
                 holders,
-                oldest,
                 bar,
             ],
-            "failure": [kv::get(key), holders, oldest, bar],
+            // The oldest key, only read when the put was refused: what the
+            // name is held as.
+            "failure": [kv::get(key), holders, bar, oldest],
         });
         let answer = self
             .client
@@ -447,7 +448,7 @@ impl Queue {
         };
         let holders = kv::entries(kv::response(&answer, 1));
         let holds = holders.iter().any(|entry| entry.key == key)
-            && !self.is_barred(&kv::entries(kv::response(&answer, 3)));
+            && !self.is_barred(&kv::entries(kv::response(&answer, 2)));
         let revision = if answer["succeeded"].as_bool() == Some(true) {
             kv::revision(&answer)
         } else {
@@ -455,7 +456,7 @@ impl Queue {
                 // Our own put, sent again after its reply was lost.
                 Some(entry) => entry.create_revision,
                 None => {
-                    let oldest = kv::entries(kv::response(&answer, 2));
+                    let oldest = kv::entries(kv::response(&answer, 3));
                     return Err(self.refusal(oldest.first().and_then(|e| self.shape_of(&e.key))));
                 }
             }
