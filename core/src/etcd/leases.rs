@@ -238,7 +238,7 @@ impl Leases {
         }
         lease.mark_lost(why.to_owned());
         let until = Instant::now() + self.client.request_timeout();
-        match self.revoke(lease.id, until).await {
+        match revoke(&self.client, lease.id, until).await {
             Ok(_) => {}
             // Lost meanwhile: its bars stand, as above.
             Err(fault) if fault.is_lease_gone() => return Ok(()),
@@ -247,7 +247,7 @@ impl Leases {
             Err(fault) => return Err(fault.into_error(&self.client, "revoking a session's lease")),
         }
         match &lease.bars {
-            Some(bars) => match self.revoke(bars.id, until).await {
+            Some(bars) => match revoke(&self.client, bars.id, until).await {
                 Err(fault) if !fault.is_lease_gone() => {
                     Err(fault.into_error(&self.client, "revoking a session's bar lease"))
                 }
@@ -257,19 +257,17 @@ impl Leases {
         }
     }
 
-    async fn revoke(&self, id: i64, until: Instant) -> Result<Value, Fault> {
-        self.client
-            .call("lease/revoke", &json!({"ID": id}), until)
-            .await
-    }
-
     fn revoke_in_background(&self, id: i64) {
         let client = self.client.clone();
         let until = Instant::now() + client.request_timeout();
         runtime::spawn_awaited(async move {
-            let _ = client.call("lease/revoke", &json!({"ID": id}), until).await;
+            let _ = revoke(&client, id, until).await;
         });
     }
+}
+
+async fn revoke(client: &Client, id: i64, until: Instant) -> Result<Value, Fault> {
+    client.call("lease/revoke", &json!({"ID": id}), until).await
 }
 
 /// A ttl in etcd's whole seconds, rounded up.
@@ -368,35 +366,26 @@ impl Lease {
     /// since: a wait given up, a release that failed. While this process
     /// keeps the lease alive, nothing else would ever remove the key.
     pub(crate) fn stray(self: &Arc<Self>, key: String) {
-        self.strays
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Stray {
-                key: key.clone(),
-                value: None,
-                deleted: None,
-            });
-        // A process that exits right after giving up a wait (Ctrl-C) waits
-        // for this first sweep: its key would otherwise hold its place in
-        // line until the lease ran out.
-        let lease = Arc::downgrade(self);
-        runtime::spawn_awaited(async move {
-            if let Some(lease) = lease.upgrade() {
-                lease.sweep_strays().await;
-            }
-        });
+        self.push_stray(key, None);
     }
 
     /// [`Lease::stray`] for a key deleted only while it holds `value`.
     pub(crate) fn stray_if(self: &Arc<Self>, key: String, value: String) {
+        self.push_stray(key, Some(value));
+    }
+
+    fn push_stray(self: &Arc<Self>, key: String, value: Option<String>) {
         self.strays
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Stray {
                 key,
-                value: Some(value),
+                value,
                 deleted: None,
             });
+        // A process that exits right after giving up a wait (Ctrl-C) waits
+        // for this first sweep: its key would otherwise hold its place in
+        // line until the lease ran out.
         let lease = Arc::downgrade(self);
         runtime::spawn_awaited(async move {
             if let Some(lease) = lease.upgrade() {
