@@ -68,25 +68,22 @@ local!(redis::Claim {
     fn release_in_background() -> ();
 });
 
-local!(redis::Session {
-    fn destroy_in_background() -> ();
-    fn healthy() -> bool;
-    fn check_health() -> Result<()>;
-    fn id() -> &str;
-    fn ttl() -> Duration;
-    fn lock_delay() -> Duration;
-    fn behavior() -> redis::Behavior;
-});
+/// The sessions of both backends share these names.
+macro_rules! session_local {
+    ($($core:ty),*) => {
+        $(local!($core {
+            fn destroy_in_background() -> ();
+            fn healthy() -> bool;
+            fn check_health() -> Result<()>;
+            fn id() -> &str;
+            fn ttl() -> Duration;
+            fn lock_delay() -> Duration;
+            fn behavior() -> redis::Behavior;
+        });)*
+    };
+}
 
-local!(etcd::Session {
-    fn destroy_in_background() -> ();
-    fn healthy() -> bool;
-    fn check_health() -> Result<()>;
-    fn id() -> &str;
-    fn ttl() -> Duration;
-    fn lock_delay() -> Duration;
-    fn behavior() -> redis::Behavior;
-});
+session_local!(redis::Session, etcd::Session);
 
 /// `builder`'s lock, to be held under this session: touches no server.
 impl Local<'_, etcd::Session> {
