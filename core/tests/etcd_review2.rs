@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use etcd_support::{EtcdServer, Proxy};
+use etcd_support::{eventually, EtcdServer, Proxy};
 use lockyard::etcd::{Lock, WaitGroup};
 
 fn group_at(url: &str, name: &str, limit: u32, ttl: u64) -> WaitGroup {
@@ -34,18 +34,6 @@ fn lock_at(url: &str, name: &str, ttl: u64) -> Lock {
 fn dead_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
-}
-
-/// Waits until `done` is true or `limit` passes.
-fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    done()
 }
 
 /// Must hold (`WaitGroup::done`'s doc): "Ok(false) if that slot had

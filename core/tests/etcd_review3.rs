@@ -10,14 +10,11 @@
 
 mod etcd_support;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use base64::Engine;
-use etcd_support::{EtcdServer, Proxy};
+use etcd_support::{eventually, EtcdServer, LateMember, Proxy};
 use lockyard::etcd::{Lock, WaitGroup};
 
 fn group_at(url: &str, name: &str, limit: u32, ttl: u64) -> WaitGroup {
@@ -32,18 +29,6 @@ fn lock_at(url: &str, name: &str, ttl: u64) -> Lock {
         .ttl(Duration::from_secs(ttl))
         .build()
         .unwrap()
-}
-
-/// Waits until `done` is true or `limit` passes.
-fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    done()
 }
 
 /// Must hold (the brief's contract for this commit: "entries with another
@@ -238,88 +223,6 @@ fn names_with_slashes_dots_and_digits_are_separate_lines() {
     }
     drop(guards);
     assert!(server.keys().is_empty(), "{:?}", server.keys());
-}
-
-/// A member that fails mid-way: the first request whose body contains
-/// `marker` has its connection closed as soon as it is read (the client
-/// sees no answer and sends it again elsewhere), and is handed to the
-/// member `delay` later all the same. Every other request is forwarded.
-struct LateMember {
-    port: u16,
-}
-
-impl LateMember {
-    fn start(upstream: u16, marker: &'static str, delay: Duration) -> LateMember {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let armed = Arc::new(AtomicBool::new(true));
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(mut client) = client else { return };
-                let armed = armed.clone();
-                std::thread::spawn(move || {
-                    let Some(request) = read_request(&mut client) else {
-                        return;
-                    };
-                    let late = request
-                        .windows(marker.len())
-                        .any(|w| w == marker.as_bytes())
-                        && armed.swap(false, Ordering::SeqCst);
-                    if late {
-                        let _ = client.shutdown(std::net::Shutdown::Both);
-                        std::thread::sleep(delay);
-                    }
-                    let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                        return;
-                    };
-                    if up.write_all(&request).is_err() {
-                        return;
-                    }
-                    let mut response = Vec::new();
-                    let _ = up.read_to_end(&mut response);
-                    if !late {
-                        let _ = client.write_all(&response);
-                        let _ = client.shutdown(std::net::Shutdown::Both);
-                    }
-                });
-            }
-        });
-        LateMember { port }
-    }
-}
-
-/// One HTTP request, its head rewritten to close the upstream connection.
-fn read_request(client: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        match client.read(&mut chunk) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .unwrap_or(0);
-    while buf.len() < head_end + length {
-        match client.read(&mut chunk) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-    let mut request = head.as_bytes()[..head.len() - 2].to_vec();
-    request.extend_from_slice(b"connection: close\r\n\r\n");
-    request.extend_from_slice(&buf[head_end..]);
-    Some(request)
 }
 
 /// Must hold (the contract: nothing is left in etcd once every holder and

@@ -37,20 +37,10 @@ fn plain_lock(server: &EtcdServer, name: &str) -> Lock {
         .unwrap()
 }
 
-/// The id of the lease etcd granted with `ttl` seconds.
-fn lease_granted_with(server: &EtcdServer, ttl: u64) -> String {
-    let wanted = format!("granted with TTL({ttl}s)");
-    server
-        .leases()
-        .into_iter()
-        .find(|id| server.ctl(&["lease", "timetolive", id]).1.contains(&wanted))
-        .unwrap_or_else(|| panic!("no lease of {ttl} s: {:?}", server.leases()))
-}
-
 /// The session whose lease has `ttl` is lost: etcd drops its lease (and
 /// its keys), as a partition longer than ttl would.
 fn lose_session(server: &EtcdServer, ttl: u64) {
-    let lease = lease_granted_with(server, ttl);
+    let lease = server.lease_granted_with(ttl);
     assert!(server.ctl(&["lease", "revoke", &lease]).0);
 }
 
@@ -211,7 +201,7 @@ fn a_put_bar_without_an_answer_leaves_a_bar_for_the_sessions_life() {
         .connect_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    let bars = i64::from_str_radix(&lease_granted_with(&server, 2), 16).unwrap();
+    let bars = i64::from_str_radix(&server.lease_granted_with(2), 16).unwrap();
     *marker.lock().unwrap() = format!("\"lease\":{bars}");
     let lock = lock_under(&url, "stuck", &session, "v");
     proxy.lose_next.store(true, Ordering::SeqCst);
@@ -288,7 +278,7 @@ fn a_session_whose_bar_lease_is_gone_stays_healthy() {
     let session = session(&server.url(), 2, 20);
     let lock = lock_under(&server.url(), "nobar", &session, "v");
     drop(lock.acquire(None).unwrap());
-    let bar_lease = lease_granted_with(&server, 22);
+    let bar_lease = server.lease_granted_with(22);
     assert!(server.ctl(&["lease", "revoke", &bar_lease]).0);
     std::thread::sleep(Duration::from_millis(1500));
     let taken = lock.acquire(Some(Duration::from_secs(2))).map(|_| ());

@@ -33,16 +33,6 @@ fn plain_lock(server: &EtcdServer, name: &str) -> Lock {
         .unwrap()
 }
 
-/// The id of the lease etcd granted with `ttl` seconds.
-fn lease_granted_with(server: &EtcdServer, ttl: u64) -> String {
-    let wanted = format!("granted with TTL({ttl}s)");
-    server
-        .leases()
-        .into_iter()
-        .find(|id| server.ctl(&["lease", "timetolive", id]).1.contains(&wanted))
-        .unwrap_or_else(|| panic!("no lease of {ttl} s: {:?}", server.leases()))
-}
-
 #[test]
 fn a_lock_under_a_session_rides_on_its_lease_and_destroy_frees_it_at_once() {
     let server = EtcdServer::start();
@@ -122,7 +112,7 @@ fn a_lost_sessions_names_stay_barred_for_its_lock_delay_then_open() {
     let lost_at = Instant::now();
     assert!(
         server
-            .ctl(&["lease", "revoke", &lease_granted_with(&server, ttl)])
+            .ctl(&["lease", "revoke", &server.lease_granted_with(ttl)])
             .0
     );
     let waiter = std::thread::spawn(move || {
@@ -172,7 +162,7 @@ fn behavior_delete_keeps_no_value_in_the_bar_and_force_release_lifts_the_bar() {
     let guard = lock.acquire(None).unwrap();
     assert!(
         server
-            .ctl(&["lease", "revoke", &lease_granted_with(&server, 2)])
+            .ctl(&["lease", "revoke", &server.lease_granted_with(2)])
             .0
     );
     std::thread::sleep(Duration::from_millis(300));

@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 mod proxy;
-#[allow(unused_imports)] // only the review tests use it
-pub use proxy::Proxy;
+#[allow(unused_imports)] // only the review tests use them
+pub use proxy::{LateMember, Proxy};
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -287,6 +287,15 @@ impl EtcdServer {
             .collect()
     }
 
+    /// The id of the lease etcd granted with `ttl` seconds.
+    pub fn lease_granted_with(&self, ttl: u64) -> String {
+        let wanted = format!("granted with TTL({ttl}s)");
+        self.leases()
+            .into_iter()
+            .find(|id| self.ctl(&["lease", "timetolive", id]).1.contains(&wanted))
+            .unwrap_or_else(|| panic!("no lease of {ttl} s: {:?}", self.leases()))
+    }
+
     /// Sends `signal` ("STOP", "CONT") to the member.
     pub fn signal(&self, signal: &str) {
         let pid = self.child.as_ref().expect("running").id();
@@ -375,4 +384,16 @@ impl Drop for EtcdServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Waits until `done` is true or `limit` passes.
+pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
 }

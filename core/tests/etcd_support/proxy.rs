@@ -66,6 +66,82 @@ fn forward(
     lose: &AtomicBool,
     delay: &AtomicUsize,
 ) {
+    let Some(request) = read_request(&mut client) else {
+        return;
+    };
+    let marked = contains(&request, marker);
+    let hold = delay.load(Ordering::SeqCst);
+    if hold > 0 && marked {
+        std::thread::sleep(Duration::from_millis(hold as u64));
+    }
+    let Some(response) = send(upstream, &request) else {
+        return;
+    };
+    if marked && lose.swap(false, Ordering::SeqCst) {
+        let _ = client.shutdown(std::net::Shutdown::Both);
+        return;
+    }
+    let _ = client.write_all(&response);
+    let _ = client.shutdown(std::net::Shutdown::Both);
+}
+
+/// A member that fails mid-way: the first request containing `marker` has
+/// its connection closed as soon as it is read (the client sees no answer
+/// and sends it again elsewhere), and is handed to the member `delay` later
+/// all the same. Every other request is forwarded.
+pub struct LateMember {
+    pub port: u16,
+}
+
+impl LateMember {
+    pub fn start(upstream: u16, marker: &'static str, delay: Duration) -> LateMember {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicBool::new(true));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                let armed = armed.clone();
+                std::thread::spawn(move || {
+                    let Some(request) = read_request(&mut client) else {
+                        return;
+                    };
+                    let late = contains(&request, marker) && armed.swap(false, Ordering::SeqCst);
+                    if late {
+                        let _ = client.shutdown(std::net::Shutdown::Both);
+                        std::thread::sleep(delay);
+                    }
+                    let Some(response) = send(upstream, &request) else {
+                        return;
+                    };
+                    if !late {
+                        let _ = client.write_all(&response);
+                        let _ = client.shutdown(std::net::Shutdown::Both);
+                    }
+                });
+            }
+        });
+        LateMember { port }
+    }
+}
+
+fn contains(request: &[u8], marker: &str) -> bool {
+    request
+        .windows(marker.len())
+        .any(|w| w == marker.as_bytes())
+}
+
+/// Sends `request` to the member and reads its whole answer.
+fn send(upstream: u16, request: &[u8]) -> Option<Vec<u8>> {
+    let mut up = TcpStream::connect(("127.0.0.1", upstream)).ok()?;
+    up.write_all(request).ok()?;
+    let mut response = Vec::new();
+    let _ = up.read_to_end(&mut response);
+    Some(response)
+}
+
+/// One HTTP request, its head rewritten to close the upstream connection.
+fn read_request(client: &mut TcpStream) -> Option<Vec<u8>> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {
@@ -73,7 +149,7 @@ fn forward(
             break i + 4;
         }
         match client.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return None,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     };
@@ -88,29 +164,12 @@ fn forward(
         .unwrap_or(0);
     while buf.len() < head_end + length {
         match client.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return None,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
-    let body = String::from_utf8_lossy(&buf[head_end..]).to_string();
-    let hold = delay.load(Ordering::SeqCst);
-    if hold > 0 && body.contains(marker) {
-        std::thread::sleep(Duration::from_millis(hold as u64));
-    }
-    let mut request = head[..head.len() - 2].to_string();
-    request.push_str("connection: close\r\n\r\n");
-    let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else {
-        return;
-    };
-    if up.write_all(request.as_bytes()).is_err() || up.write_all(&buf[head_end..]).is_err() {
-        return;
-    }
-    let mut response = Vec::new();
-    let _ = up.read_to_end(&mut response);
-    if body.contains(marker) && lose.swap(false, Ordering::SeqCst) {
-        let _ = client.shutdown(std::net::Shutdown::Both);
-        return;
-    }
-    let _ = client.write_all(&response);
-    let _ = client.shutdown(std::net::Shutdown::Both);
+    let mut request = head.as_bytes()[..head.len() - 2].to_vec();
+    request.extend_from_slice(b"connection: close\r\n\r\n");
+    request.extend_from_slice(&buf[head_end..]);
+    Some(request)
 }
