@@ -54,6 +54,8 @@ mod clock;
 pub mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(any(feature = "redis", feature = "etcd"))]
+pub mod exclusive;
 #[cfg(feature = "gcs")]
 pub mod gcs;
 #[cfg(any(feature = "redis", feature = "etcd"))]

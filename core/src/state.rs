@@ -41,3 +41,15 @@ impl LockState {
         !self.holders.is_empty()
     }
 }
+
+/// One change of leadership: a new leader's term begins (`value` is its
+/// value) or a term ends (`value` is None: nobody leads until the next
+/// term). `fencing_token` is the term's, strictly increasing across terms;
+/// an end carries the token of the term it ends. An etcd observer whose
+/// first look finds nobody leading reports token 0: no earlier term is
+/// known there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Term {
+    pub value: Option<String>,
+    pub fencing_token: u64,
+}

@@ -7,7 +7,9 @@
 //! - `leases.rs`: this process's leases, kept alive by one task each, which
 //!   also checks the held keys and deletes keys left behind;
 //!   `session.rs`: [`Session`], one lease that locks live under, and the
-//!   bars of its lock_delay;
+//!   bars of its lock_delay; `election.rs`: [`Election`], a session's
+//!   campaign in a lock's line, and its [`Observer`]; `exclusive.rs`:
+//!   [`exclusive`] workers;
 //! - `client.rs`: requests to etcd's JSON gateway, failed over across the
 //!   members; `kv.rs`: the pieces of its requests and answers;
 //!   `target.rs`: the `etcd://` URL.
@@ -16,6 +18,8 @@
 
 mod admin;
 mod client;
+mod election;
+mod exclusive;
 mod grant;
 mod kv;
 mod leases;
@@ -27,8 +31,10 @@ mod target;
 mod wait_group;
 
 pub use crate::behavior::Behavior;
-pub use crate::state::{HolderState, LockState};
+pub use crate::state::{HolderState, LockState, Term};
 pub use admin::{force_release, holder, inspect};
+pub use election::{Election, Observer};
+pub use exclusive::{claim, exclusive, Claim, Exclusive};
 pub use lock::{Lock, LockBuilder, LockGuard};
 pub use session::{Session, SessionBuilder};
 pub use wait_group::{WaitGroup, WaitGroupBuilder};

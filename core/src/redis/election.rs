@@ -20,6 +20,7 @@ use crate::health;
 use crate::holds::{Holds, ProcessHolds};
 use crate::identity::{random_hex, request_token};
 use crate::lease::DEFAULT_CONNECT_TIMEOUT;
+pub use crate::state::Term;
 use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
 /// How often an observer with nothing to read asks whether the leader's
@@ -27,15 +28,6 @@ use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 const RECHECK: Duration = Duration::from_millis(500);
 /// Longest single blocking read; bounds how late an interrupt is noticed.
 const READ_SLICE: Duration = Duration::from_millis(50);
-
-/// One change of leadership: a new leader's term begins (`value` is its
-/// value) or a term ends (`value` is None: nobody leads until the next
-/// term). `fencing_token` is the term's, strictly increasing across terms.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Term {
-    pub value: Option<String>,
-    pub fencing_token: u64,
-}
 
 /// Campaigning for and observing the leadership of `name`.
 ///
