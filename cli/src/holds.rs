@@ -2,7 +2,6 @@
 
 use lockyard::group::SlotGroup;
 use lockyard::redis::LockState;
-use lockyard::redis::{Election, Session};
 use lockyard::{etcd, gcs, quorum, redis, Deadline, Interrupt, Result};
 
 use crate::hold::Hold;
@@ -105,31 +104,40 @@ impl Hold for QuorumLock {
 }
 
 /// Leadership of an election, under its own session (`lockyard elect`).
-pub struct Leadership {
-    pub election: Election,
-    pub session: Session,
+pub struct Leadership<E, S> {
+    pub election: E,
+    pub session: S,
     pub value: String,
 }
 
-impl Hold for Leadership {
-    fn acquire(&mut self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<()> {
-        self.election
-            .campaign_interruptibly(&self.value, deadline, interrupted)
-    }
-    fn healthy(&self) -> bool {
-        self.election.is_leader()
-    }
-    fn fencing_token(&self) -> Option<u64> {
-        self.election.fencing_token()
-    }
-    /// Resigns, so the next campaigner takes over at once, and ends the
-    /// session, which nothing else uses.
-    fn release(&mut self) -> Result<bool> {
-        let resigned = self.election.resign();
-        self.session.destroy()?;
-        resigned
-    }
+/// [`Hold`] for the leadership of a backend's election: the elections and
+/// sessions of every backend share their method names.
+macro_rules! leadership {
+    ($backend:ident) => {
+        impl Hold for Leadership<$backend::Election, $backend::Session> {
+            fn acquire(&mut self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<()> {
+                self.election
+                    .campaign_interruptibly(&self.value, deadline, interrupted)
+            }
+            fn healthy(&self) -> bool {
+                self.election.is_leader()
+            }
+            fn fencing_token(&self) -> Option<u64> {
+                self.election.fencing_token()
+            }
+            /// Resigns, so the next campaigner takes over at once, and ends
+            /// the session, which nothing else uses.
+            fn release(&mut self) -> Result<bool> {
+                let resigned = self.election.resign();
+                self.session.destroy()?;
+                resigned
+            }
+        }
+    };
 }
+
+leadership!(redis);
+leadership!(etcd);
 
 /// Who holds a Redis name, for the line shown while waiting.
 pub fn describe_redis(url: &str, name: &str) -> Option<String> {

@@ -59,7 +59,7 @@ const ELECT_HELP: &str = concat!(
 const URL_HELP: &str =
     "Backend: redis://, rediss://, unix:// (Redis), redis+sentinel://SENTINEL,…/MASTER \
      (Redis behind Sentinel); several --url (a quorum of \
-     Redis servers); etcd://HOST:2379,… or etcds:// (etcd; lock, status, release); \
+     Redis servers); etcd://HOST:2379,… or etcds:// (etcd); \
      gs://BUCKET/PREFIX (Google Cloud Storage, object PREFIX/NAME). \
      Default: $LOCKYARD_URL, then redis://127.0.0.1:6379/0";
 
@@ -162,7 +162,7 @@ struct ReleaseArgs {
 
 #[derive(Args)]
 struct ElectArgs {
-    /// Where the election lives (one Redis server or Cluster)
+    /// Where the election lives (one Redis server or Cluster, or an etcd cluster)
     #[arg(long, value_name = "URL", help = URL_HELP)]
     url: Option<String>,
     /// Seconds leadership outlives this process if it dies
@@ -342,37 +342,57 @@ fn lock(args: LockArgs) -> Result<i32, Failure> {
 }
 
 fn elect(args: ElectArgs) -> Result<i32, Failure> {
-    let urls: Vec<String> = args.url.into_iter().collect();
-    let Backend::Redis(url) = Backend::from_urls(&urls, std::env::var("LOCKYARD_URL").ok())? else {
-        return Err(Failure::usage("elect needs a Redis URL"));
-    };
+    let urls: Vec<String> = args.url.iter().cloned().collect();
+    let backend = Backend::from_urls(&urls, std::env::var("LOCKYARD_URL").ok())?;
     if args.value.is_empty() {
         return Err(Failure::usage("--value must not be empty"));
     }
-    // Creating the session writes to Redis: check the name (the lock's
-    // rules, which the election shares) before anything is written.
-    redis::Lock::builder(url.as_str(), &args.name).build()?;
-    let signals = Signals::install()?;
-    let session = redis::Session::builder(url.as_str())
-        .ttl(args.ttl)
-        .lock_delay(args.lock_delay)
-        .build()?;
-    let mut leadership = holds::Leadership {
-        election: redis::Election::new(&url, &args.name, &session)?,
-        session,
-        value: args.value,
-    };
-    let (describe_url, describe_name) = (url.clone(), args.name.clone());
+    // The elections, sessions and locks of both backends share their names.
+    macro_rules! elect_on {
+        ($backend:ident, $url:expr, $describe:path) => {{
+            let url = $url;
+            // Creating the session writes to the server: check the name (the
+            // lock's rules, which the election shares) first.
+            $backend::Lock::builder(url.as_str(), &args.name).build()?;
+            let signals = Signals::install()?;
+            let session = $backend::Session::builder(url.as_str())
+                .ttl(args.ttl)
+                .lock_delay(args.lock_delay)
+                .build()?;
+            let mut leadership = holds::Leadership {
+                election: $backend::Election::new(&url, &args.name, &session)?,
+                session,
+                value: args.value.clone(),
+            };
+            let describe = move |name: &str| $describe(&url, name);
+            run_elected(&mut leadership, &args, &signals, describe)
+        }};
+    }
+    match backend {
+        Backend::Redis(url) => elect_on!(redis, url, holds::describe_redis),
+        Backend::Etcd(url) => elect_on!(etcd, url, holds::describe_etcd),
+        _ => Err(Failure::usage("elect needs a Redis or etcd URL")),
+    }
+}
+
+/// Runs COMMAND while `leadership` of the election lasts.
+fn run_elected(
+    leadership: &mut dyn hold::Hold,
+    args: &ElectArgs,
+    signals: &Signals,
+    describe: impl Fn(&str) -> Option<String> + Send + 'static,
+) -> Result<i32, Failure> {
+    let name = args.name.clone();
     hold::run(
-        &mut leadership,
+        leadership,
         Plan {
             name: &args.name,
             timeout: None,
             grace: args.grace,
             quiet: args.quiet,
             command: &args.command,
-            signals: &signals,
-            describe: Box::new(move || holds::describe_redis(&describe_url, &describe_name)),
+            signals,
+            describe: Box::new(move || describe(&name)),
         },
     )
 }

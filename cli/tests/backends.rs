@@ -299,3 +299,51 @@ fn on_etcd_status_shows_the_holder_and_release_force_stops_it() {
     assert!(next_token > token);
     assert!(server.keys().is_empty(), "{:?}", server.keys());
 }
+
+#[test]
+fn on_etcd_elect_runs_one_leader_at_a_time_and_hands_over_when_it_dies() {
+    let server = common::etcd::EtcdServer::start();
+    let url = server.url();
+    let log = scratch("etcd-leaders");
+    let elector = |id: &str| {
+        let script = format!("echo {id} $$ >> {}; sleep 30", log.display());
+        Command::new(program())
+            .env_remove("LOCKYARD_URL")
+            .args(["elect", "--url", &url, "--ttl", "2", "--quiet"])
+            .args(["--value", id, "scheduler", "--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let leaders = || fs::read_to_string(&log).unwrap_or_default();
+    let mut first = elector("first");
+    eventually(
+        std::time::Duration::from_secs(5),
+        "the first elector leads",
+        || leaders().starts_with("first"),
+    );
+    let second = elector("second");
+    eventually(
+        std::time::Duration::from_secs(5),
+        "the second elector waits in line",
+        || server.keys().len() == 2,
+    );
+    assert!(!leaders().contains("second"), "two leaders at once");
+    let status_now = run(Command::new(program()).args(["status", "--url", &url, "scheduler"]));
+    assert_eq!(status(&status_now), 0, "status sees the leader");
+
+    // SIGKILL: no resign; the session's lease runs out after its ttl.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    eventually(
+        std::time::Duration::from_secs(6),
+        "the second elector leads",
+        || leaders().contains("second"),
+    );
+    let first_line = leaders().lines().next().unwrap().to_owned();
+    let orphan: i32 = first_line.split(' ').nth(1).unwrap().parse().unwrap();
+    // SAFETY: plain system call on a process group this test started.
+    unsafe { libc::kill(-orphan, libc::SIGTERM) };
+    stop(second); // resigns and destroys its session
+    assert!(server.keys().is_empty(), "{:?}", server.keys());
+}
