@@ -5,7 +5,9 @@
   floor — the same two requests (the put-if-absent Txn on a lease, the
   compare-and-delete Txn) sent by Python's own http.client over one
   kept-alive connection to etcd's JSON gateway, the transport lockyard
-  uses;
+  uses; python-etcd3's Lock beside it as the peer (if installed); and from
+  Ruby (`--ruby "ruby -I DIR"`) against the same floor sent by Net::HTTP
+  (bench/etcd_cycle.rb);
 - writes: Raft proposals etcd committed per uncontended cycle, and during a
   waiter's two seconds of waiting (etcd's own /metrics);
 - handoff: from a release to the next holder's acquire returning (a waiter
@@ -17,8 +19,11 @@ Prints medians over a few rounds, as ratios to the floors.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import http.client
+import shlex
+import subprocess
 import json
 import statistics
 import sys
@@ -115,7 +120,38 @@ def put_p50_us(raw: Raw) -> float:
     return statistics.median(samples)
 
 
+def ruby_cycle_us(ruby: list[str], what: str, url: str) -> float:
+    script = Path(__file__).resolve().parent / "etcd_cycle.rb"
+    out = subprocess.run(
+        [*ruby, str(script), what, url, f"ruby-{what}", str(CYCLES)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return float(out.stdout.strip())
+
+
+def etcd3_cycle(port: int):
+    """python-etcd3's Lock (a new lease per acquire, polling-free but not
+    FIFO), or None when it is not installed."""
+    try:
+        import etcd3
+    except ImportError:
+        return None
+    client = etcd3.client(host="127.0.0.1", port=port)
+    lock = client.lock("peer", ttl=30)
+
+    def cycle() -> None:
+        lock.acquire()
+        lock.release()
+
+    return cycle
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ruby", help='how to run Ruby with lockyard, e.g. "ruby -I DIR"')
+    ruby = shlex.split(parser.parse_args().ruby or "")
     with tempfile.TemporaryDirectory(prefix="lockyard-bench-etcd-") as directory:
         etcd = Etcd(Path(directory))
         try:
@@ -129,10 +165,16 @@ def main() -> None:
                 lock.acquire()
                 lock.release()
 
-            floors, ours = [], []
+            peer = etcd3_cycle(etcd.port)
+            floors, ours, peers, rb_floors, rb_ours = [], [], [], [], []
             for _ in range(ROUNDS):
                 floors.append(per_cycle_us(lambda: raw.cycle("lockyard/raw/k", lease), CYCLES))
                 ours.append(per_cycle_us(lockyard_cycle, CYCLES))
+                if peer:
+                    peers.append(per_cycle_us(peer, CYCLES))
+                if ruby:
+                    rb_floors.append(ruby_cycle_us(ruby, "floor", etcd.url))
+                    rb_ours.append(ruby_cycle_us(ruby, "lockyard", etcd.url))
             before = proposals(etcd.port)
             for _ in range(100):
                 lockyard_cycle()
@@ -165,6 +207,15 @@ def main() -> None:
     print(f"  raw floor (http.client, 2 Txns)   {floor:8.0f} us/cycle   1.00x")
     print(f"  lockyard.etcd.Lock                {mine:8.0f} us/cycle   {cycle_ratio:.2f}x"
           f"   target <= {CYCLE_TARGET:.2f}x: {'met' if cycle_ratio <= CYCLE_TARGET else 'MISSED'}")  # fmt: skip
+    if peers:
+        theirs = statistics.median(peers)
+        print(f"  python-etcd3 Lock (peer)          {theirs:8.0f} us/cycle   {theirs / floor:.2f}x")
+    if rb_floors:
+        rb_floor, rb_mine = statistics.median(rb_floors), statistics.median(rb_ours)
+        rb_ratio = rb_mine / rb_floor
+        print(f"  Ruby raw floor (Net::HTTP)        {rb_floor:8.0f} us/cycle   1.00x")
+        print(f"  Lockyard::Etcd::Lock              {rb_mine:8.0f} us/cycle   {rb_ratio:.2f}x"
+              f"   target <= {CYCLE_TARGET:.2f}x: {'met' if rb_ratio <= CYCLE_TARGET else 'MISSED'}")  # fmt: skip
     print(f"  Raft writes per uncontended cycle  {writes:.2f}   target 2")
     print(f"  Raft writes by a waiter in 2 s     {waiting_writes}   target 0")
     ratio = handoff / put
