@@ -173,7 +173,7 @@ impl Election {
     /// The current leader's value, None when nobody leads (also while a
     /// lost session's lock_delay bars the name). Asks etcd.
     pub fn leader(&self) -> Result<Option<String>> {
-        let line = runtime::block_on(Line::read(&self.line))?;
+        let line = runtime::block_on(Line::read(&self.line, 1))?;
         Ok(line.leader(&self.line).map(|entry| entry.value.clone()))
     }
 
@@ -263,9 +263,9 @@ struct Line {
 }
 
 impl Line {
-    /// The line and the bar, read in one Txn.
-    async fn read(queue: &Queue) -> Result<Line> {
-        let txn = json!({"success": [kv::oldest(&queue.own, 0), kv::read(&queue.bar_key())]});
+    /// The line's `limit` oldest keys (0: all) and the bar, in one Txn.
+    async fn read(queue: &Queue, limit: i64) -> Result<Line> {
+        let txn = json!({"success": [kv::oldest(&queue.own, limit), kv::read(&queue.bar_key())]});
         let answer = queue.call("kv/txn", &txn, "reading the election").await?;
         Ok(Line {
             revision: kv::revision(&answer),
@@ -353,7 +353,7 @@ impl Observer {
     /// Reads or watches until there is a change to report.
     async fn changes(&mut self) -> Result<()> {
         if self.seen.is_none() {
-            let line = Line::read(&self.line).await?;
+            let line = Line::read(&self.line, 0).await?;
             let term = match line.leader(&self.line) {
                 Some(entry) => {
                     let token = entry.create_revision as u64;
@@ -451,7 +451,7 @@ impl Observer {
     /// was to start from) and reports how the leader moved meanwhile.
     async fn reread(&mut self) -> Result<()> {
         self.watch = None;
-        self.seen = Some(Line::read(&self.line).await?);
+        self.seen = Some(Line::read(&self.line, 0).await?);
         self.settle();
         Ok(())
     }
