@@ -68,6 +68,16 @@ impl std::ops::Add<Duration> for Stamp {
     }
 }
 
+#[cfg(feature = "etcd")]
+impl std::ops::Sub<Duration> for Stamp {
+    type Output = Stamp;
+
+    /// Saturating at the clock's start: a deadline that early has passed.
+    fn sub(self, length: Duration) -> Stamp {
+        Stamp(self.0.saturating_sub(length))
+    }
+}
+
 /// Boot time where the platform has it, monotonic time otherwise.
 #[derive(Debug)]
 pub(crate) struct BootClock;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::guard::ThreadLock;
+use crate::identity::{as_holder_number, holder_number};
 use crate::wait::{InTime, Interrupt, NEVER};
 
 /// A per-thread lock that can be held under a session: what a [`Claim`]
@@ -76,15 +77,20 @@ pub fn claim<L: SessionLock>(
         .in_time()?;
     Ok(won.then(|| Claim {
         name: name.to_owned(),
+        holder: holder_number(),
+        fencing_token: lock.fencing_token().unwrap_or_default(),
         lock,
     }))
 }
 
-/// A task this worker won; its lock is released when the claim is dropped.
-/// Dropping it on another thread than the one that won it leaves the lock
-/// to the session (freed when the session ends).
+/// A task this worker won; its lock is released when the claim is dropped
+/// (on any thread). Its token and health are the winner's, read on any
+/// thread; only the winner's thread ends its block with [`Claim::leave`].
 pub struct Claim<L: SessionLock> {
     name: String,
+    /// The holder that won it (a thread, or a binding's `as_holder` key).
+    holder: u64,
+    fencing_token: u64,
     lock: L,
 }
 
@@ -95,7 +101,7 @@ impl<L: SessionLock> Claim<L> {
 
     /// The grant's fencing token.
     pub fn fencing_token(&self) -> u64 {
-        self.lock.fencing_token().unwrap_or_default()
+        self.fencing_token
     }
 
     /// Ends the task's block on the thread that won it, as a `with` or a
@@ -104,7 +110,8 @@ impl<L: SessionLock> Claim<L> {
     /// nothing (Ok(true)). Ok(false) when the lock had been lost meanwhile.
     ///
     /// # Errors
-    /// [`crate::Error::NotLocked`] on another thread than the winner's.
+    /// [`crate::Error::NotLocked`] on another thread than the winner's (a
+    /// block ends where it began), or once it was left.
     pub fn leave(&self) -> Result<bool> {
         self.lock.leave()
     }
@@ -116,12 +123,13 @@ impl<L: SessionLock> Claim<L> {
         self.lock.release_all_in_background();
     }
 
-    /// The session's health, which is the claim's.
+    /// The claim's health: its session's, and its key's.
     ///
     /// # Errors
-    /// [`crate::Error::LockUnhealthy`] once the claim may be lost.
+    /// [`crate::Error::LockUnhealthy`] once the claim may be lost,
+    /// [`crate::Error::NotLocked`] once it was left.
     pub fn check_health(&self) -> Result<()> {
-        self.lock.check_health()
+        as_holder_number(self.holder, || self.lock.check_health())
     }
 }
 

@@ -42,13 +42,19 @@ pub(crate) fn forked_since_start() -> bool {
 /// key (e.g. the Ruby fiber's object id) so a new Thread cannot inherit a
 /// dead one's lock. Keys never collide with OS-thread numbers.
 pub fn as_holder<R>(key: u64, f: impl FnOnce() -> R) -> R {
+    as_holder_number(binding_holder(key), f)
+}
+
+/// Runs `f` as the holder `number`, a [`holder_number`] taken earlier: for
+/// an object that keeps the hold of whoever took it, on any thread.
+pub(crate) fn as_holder_number<R>(number: u64, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<u64>);
     impl Drop for Restore {
         fn drop(&mut self) {
             HOLDER.with(|holder| holder.set(self.0));
         }
     }
-    let _restore = Restore(HOLDER.with(|holder| holder.replace(Some(binding_holder(key)))));
+    let _restore = Restore(HOLDER.with(|holder| holder.replace(Some(number))));
     f()
 }
 

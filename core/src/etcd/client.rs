@@ -18,6 +18,8 @@ use super::target::Target;
 use crate::error::Error;
 
 /// gRPC's codes, as the gateway reports them.
+/// gRPC's code for a call cut short, e.g. by a member shutting down.
+const CANCELLED: i64 = 1;
 const NOT_FOUND: i64 = 5;
 const OUT_OF_RANGE: i64 = 11;
 const UNAVAILABLE: i64 = 14;
@@ -260,7 +262,20 @@ impl Client {
         until: Instant,
     ) -> Result<Lines, Fault> {
         let member = self.preferred.load(Ordering::Relaxed) % self.target.members.len();
-        match self.send(member, path, body, None, until).await {
+        // Only the opening is bounded (a request timeout would cut the
+        // stream): a frozen member accepts the connection and says nothing.
+        let left = until
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        let opened = tokio::time::timeout(left, self.send(member, path, body, None, until))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Fault::Unanswered(format!(
+                    "{} did not answer a watch in time",
+                    self.target.members[member]
+                )))
+            });
+        match opened {
             Ok(response) if response.status().is_success() => Ok(Lines {
                 response,
                 buffer: Vec::new(),
@@ -364,10 +379,14 @@ fn refusal(answer: &Value) -> Option<Fault> {
     })
 }
 
-/// Errors that say a member cannot serve now, while another might.
+/// Errors that say a member cannot serve now, while another might (or it
+/// may again once restarted: a member shutting down cancels what its
+/// gateway was still asking).
 fn is_passing(code: i64, message: &str) -> bool {
     code == UNAVAILABLE
+        || code == CANCELLED
         || [
+            "connection is closing",
             "no leader",
             "leader changed",
             "timed out",

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -25,9 +25,8 @@ use crate::runtime::{self, Ended};
 use crate::state::Term;
 use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
-/// A watch with nothing to say is opened again after this long, from the
-/// revision last seen: a connection that died without a word cannot
-/// keep an observer blind.
+/// A watch is opened again after this long, from the revision last seen:
+/// its connection may have died without a word.
 const WATCH_RENEWAL: Duration = Duration::from_secs(30);
 
 /// Pause before watching again when no member took the watch.
@@ -306,12 +305,16 @@ impl Line {
 }
 
 /// The leadership changes of one election, in order: a watch of its line
-/// from the revision last seen, re-read whole if etcd compacted past it.
+/// from the revision last seen, re-read whole if etcd compacted past it,
+/// and every request timeout without a message (a frozen member sends
+/// nothing, not even an error).
 pub struct Observer {
     line: Arc<Queue>,
     /// The line as of the last event applied; None until the first read.
     seen: Option<Line>,
-    watch: Option<Lines>,
+    /// The open watch, the process it was opened in (a forked child cannot
+    /// use its parent's: the parent's runtime drives it) and when.
+    watch: Option<(u32, Instant, Lines)>,
     /// The term last reported: its key and fencing token.
     leader: Option<(String, u64)>,
     pending: VecDeque<Term>,
@@ -320,13 +323,14 @@ pub struct Observer {
 impl Observer {
     /// Waits until `deadline` (a [`Deadline`], or a timeout: None waits
     /// forever) for the next change; the first call returns the current
-    /// state at once. Ok(None) when the deadline passed first: no change is
-    /// an answer here, not a failure. [`Error::Interrupted`] once
+    /// state as soon as it is read. Ok(None) when the deadline passed
+    /// first: no change is an answer here, not a failure, and no member
+    /// answering is waited out until then. [`Error::Interrupted`] once
     /// `interrupted` answers true (asked at least every 50 ms).
     ///
     /// # Errors
-    /// [`Error::Backend`] if etcd refuses the watch (no member answering is
-    /// waited out, up to the deadline).
+    /// [`Error::Backend`] if etcd refuses the read or the watch (a user
+    /// without read access to the name's keys and bar, say).
     pub fn next_change(
         &mut self,
         deadline: impl Into<Deadline>,
@@ -336,14 +340,17 @@ impl Observer {
         if let Some(term) = self.pending.pop_front() {
             return Ok(Some(term));
         }
-        // The first look is made even with no time left, as a first
-        // attempt is (a zero timeout reads the current state).
-        let until = if self.seen.is_none() && !deadline.spent() {
-            None
+        if deadline.spent() {
+            return Ok(None);
+        }
+        // A zero timeout still makes its one look (the current state),
+        // failing if no member answers it.
+        let ended = if deadline.is_one_attempt() && self.seen.is_none() {
+            runtime::block_on_interruptibly(self.first_look(), None, interrupted)
         } else {
-            deadline.at()
+            runtime::block_on_interruptibly(self.changes(), deadline.at(), interrupted)
         };
-        match runtime::block_on_interruptibly(self.changes(), until, interrupted) {
+        match ended {
             Ended::Done(done) => done.map(|()| self.pending.pop_front()),
             Ended::TimedOut => Ok(None),
             Ended::Interrupted => Err(Error::Interrupted(self.line.what().to_owned())),
@@ -352,69 +359,64 @@ impl Observer {
 
     /// Reads or watches until there is a change to report.
     async fn changes(&mut self) -> Result<()> {
-        if self.seen.is_none() {
-            let line = Line::read(&self.line, 0).await?;
-            let term = match line.leader(&self.line) {
-                Some(entry) => {
-                    let token = entry.create_revision as u64;
-                    self.leader = Some((entry.key.clone(), token));
-                    Term {
-                        value: Some(entry.value.clone()),
-                        fencing_token: token,
-                    }
-                }
-                None => Term {
-                    value: None,
-                    fencing_token: 0,
-                },
-            };
-            self.pending.push_back(term);
-            self.seen = Some(line);
-            return Ok(());
-        }
         while self.pending.is_empty() {
-            self.watch_once().await?;
+            let step = match &self.seen {
+                None => self.first_look().await,
+                Some(_) => self.watch_once().await,
+            };
+            match step {
+                // No member answering is waited out, up to the caller's
+                // deadline.
+                Err(e) if e.is_transient() => tokio::time::sleep(WATCH_RETRY).await,
+                step => step?,
+            }
         }
         Ok(())
     }
 
-    /// Opens the watch if needed and takes in its next message.
-    async fn watch_once(&mut self) -> Result<()> {
-        let Some(seen) = &self.seen else {
-            return Ok(());
-        };
-        let Some(watch) = &mut self.watch else {
-            // The line's keys and the bar, which sorts just before them:
-            // other names' keys in between are passed over.
-            let create = json!({
-                "key": kv::encode(&self.line.bar_key()),
-                "range_end": kv::prefix_end(&self.line.own),
-                "start_revision": seen.revision + 1,
-            });
-            let body = json!({"create_request": create});
-            match self
-                .line
-                .client
-                .stream("watch", &body, self.line.request_until())
-                .await
-            {
-                Ok(lines) => self.watch = Some(lines),
-                Err(Fault::Unanswered(_) | Fault::Unsent(_)) => {
-                    tokio::time::sleep(WATCH_RETRY).await;
-                }
-                Err(fault) if fault.is_compacted() => self.reread().await?,
-                Err(fault) => {
-                    return Err(fault.into_error(&self.line.client, "observing the election"))
+    /// Reads the line and reports who leads now.
+    async fn first_look(&mut self) -> Result<()> {
+        let line = Line::read(&self.line, 0).await?;
+        let term = match line.leader(&self.line) {
+            Some(entry) => {
+                let token = entry.create_revision as u64;
+                self.leader = Some((entry.key.clone(), token));
+                Term {
+                    value: Some(entry.value.clone()),
+                    fencing_token: token,
                 }
             }
-            return Ok(());
+            None => Term {
+                value: None,
+                fencing_token: 0,
+            },
         };
-        let message = match tokio::time::timeout(WATCH_RENEWAL, watch.next()).await {
+        self.pending.push_back(term);
+        self.seen = Some(line);
+        Ok(())
+    }
+
+    /// Opens the watch if needed and takes in its next message, or reads
+    /// the line again after a request timeout without one.
+    async fn watch_once(&mut self) -> Result<()> {
+        let pid = std::process::id();
+        if self.watch.as_ref().is_some_and(|(owner, ..)| *owner != pid) {
+            // Dropping it would touch the parent's runtime.
+            std::mem::forget(self.watch.take());
+        }
+        let Some((_, _, watch)) = &mut self.watch else {
+            return self.open_watch(pid).await;
+        };
+        let quiet = self.line.client.request_timeout();
+        let message = match tokio::time::timeout(quiet, watch.next()).await {
             Ok(Ok(Some(message))) => message,
-            // Renewed, ended by the member, or cut: watch again from the
-            // revision last seen.
-            Err(_) | Ok(Ok(None)) | Ok(Err(Fault::Unanswered(_) | Fault::Unsent(_))) => {
+            Err(_) => return self.reread().await,
+            // Ended by the member, or cut: watch again from the revision
+            // last seen, after a pause (a member that ends every watch at
+            // once must not make this spin).
+            Ok(Ok(None) | Err(Fault::Unanswered(_) | Fault::Unsent(_))) => {
                 self.watch = None;
+                tokio::time::sleep(WATCH_RETRY).await;
                 return Ok(());
             }
             Ok(Err(fault)) if fault.is_compacted() => return self.reread().await,
@@ -425,34 +427,84 @@ impl Observer {
         };
         let result = &message["result"];
         if result["canceled"].as_bool() == Some(true) {
+            self.watch = None;
             if kv::number(&result["compact_revision"]) > 0 {
                 return self.reread().await;
             }
-            self.watch = None;
-            return Ok(());
+            let reason = result["cancel_reason"]
+                .as_str()
+                .unwrap_or("no reason given");
+            return Err(Error::backend(
+                self.line.shown(),
+                "observing the election",
+                format!("etcd cancelled the watch of {}: {reason}", self.line.what()),
+            ));
         }
         let events = result["events"].as_array().cloned().unwrap_or_default();
         for event in &events {
             let revision = kv::number(&event["kv"]["mod_revision"]);
             let seen = self.seen.as_mut().expect("read before watching");
-            // Each revision is one Txn: report the state between Txns only.
-            if revision != seen.revision {
-                self.settle();
+            // Already in a read made since the watch was opened.
+            if revision <= seen.revision {
+                continue;
             }
+            // Each revision is one Txn: report the state between Txns only.
+            self.settle();
             let seen = self.seen.as_mut().expect("read before watching");
             seen.apply(&self.line, event);
-            seen.revision = seen.revision.max(revision);
+            seen.revision = revision;
         }
         self.settle();
         Ok(())
     }
 
-    /// Reads the whole line again (etcd compacted the revisions the watch
-    /// was to start from) and reports how the leader moved meanwhile.
+    /// Watches the line and the bar, which sorts just before it, from the
+    /// revision after the last seen (other names' keys in between are
+    /// passed over).
+    async fn open_watch(&mut self, pid: u32) -> Result<()> {
+        let Some(seen) = &self.seen else {
+            return Ok(());
+        };
+        let create = json!({
+            "key": kv::encode(&self.line.bar_key()),
+            "range_end": kv::prefix_end(&self.line.own),
+            "start_revision": seen.revision + 1,
+        });
+        let body = json!({"create_request": create});
+        let client = &self.line.client;
+        match client
+            .stream("watch", &body, self.line.request_until())
+            .await
+        {
+            Ok(lines) => self.watch = Some((pid, Instant::now(), lines)),
+            Err(fault) if fault.is_compacted() => self.reread().await?,
+            Err(fault) => return Err(fault.into_error(client, "observing the election")),
+        }
+        Ok(())
+    }
+
+    /// Reads the whole line again and reports how the leader moved: after
+    /// etcd compacted the revisions the watch was to start from, or while
+    /// the watch says nothing (its member may be frozen; a read goes to
+    /// any member that answers). Terms that came and went in between are
+    /// not seen.
     async fn reread(&mut self) -> Result<()> {
-        self.watch = None;
-        self.seen = Some(Line::read(&self.line, 0).await?);
-        self.settle();
+        let line = Line::read(&self.line, 0).await?;
+        let watched_from = self.seen.as_ref().map_or(0, |seen| seen.revision);
+        if line.revision > watched_from {
+            self.seen = Some(line);
+            self.settle();
+        }
+        // A watch that said nothing through a change (or fell behind a
+        // compaction) is opened again from the read, as is one open for
+        // long: its connection may have died without a word.
+        let stale = self
+            .watch
+            .as_ref()
+            .is_some_and(|(_, opened, _)| opened.elapsed() > WATCH_RENEWAL);
+        if stale || !self.pending.is_empty() {
+            self.watch = None;
+        }
         Ok(())
     }
 

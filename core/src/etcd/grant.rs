@@ -109,7 +109,10 @@ pub(crate) fn two_leases_lost(queue: &Queue) -> Error {
 pub(crate) fn give_back(queue: &Queue, grant: &Grant) -> Result<bool> {
     let was_live = grant.held.health.is_healthy();
     let (key, revision) = (&grant.held.key, grant.held.revision);
-    let left = runtime::block_on(queue.leave_holding(key, revision, was_live, true));
+    // Surely live, not merely not known lost: a key gone from a lease
+    // that may have run out must leave its bar standing.
+    let lease_live = grant.lease.health.is_healthy();
+    let left = runtime::block_on(queue.leave_holding(key, revision, was_live, Some(lease_live)));
     if left.is_err() || grant.held.resent {
         grant.lease.stray(key.clone());
     }

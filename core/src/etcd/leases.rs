@@ -434,17 +434,26 @@ impl Lease {
             tokio::time::sleep(pause).await;
             let Some(lease) = lease.upgrade() else { return };
             pause = match lease.renew().await {
-                Ok(()) => {
-                    if let Some(bars) = &lease.bars {
-                        if !bars.renew_bars().await {
+                Ok(until) => {
+                    let until = match &lease.bars {
+                        None => until,
+                        Some(bars) => match bars.renew_bars().await {
                             // Its names could no longer be barred after a loss.
-                            lease.mark_lost(format!(
-                                "its bar lease {:x} (for lock_delay) expired or was revoked",
-                                bars.id
-                            ));
-                            return;
-                        }
-                    }
+                            None => {
+                                lease.mark_lost(format!(
+                                    "its bar lease {:x} (for lock_delay) expired or was revoked",
+                                    bars.id
+                                ));
+                                return;
+                            }
+                            // Live only while a loss would still bar its
+                            // names for the whole lock_delay: a bar lease
+                            // whose renewals fail runs out lock_delay after
+                            // the session's health, never before.
+                            Some(bars_until) => until.min(bars_until - (bars.ttl - lease.ttl)),
+                        },
+                    };
+                    lease.extend(until);
                     lease.check_held().await;
                     lease.sweep_strays().await;
                     lease.ttl / 3
@@ -466,24 +475,27 @@ impl Lease {
     }
 
     /// Renews a bar lease after its session's, and deletes the bars that
-    /// releases could not. False once etcd no longer knows it.
-    async fn renew_bars(&self) -> bool {
+    /// releases could not: until when it surely lasts (the last renewal
+    /// that went through), None once etcd no longer knows it.
+    async fn renew_bars(&self) -> Option<Stamp> {
         if self.is_lost() {
-            return false;
+            return None;
         }
         match self.renew().await {
             Err(fault) if fault.is_lease_gone() => {
                 self.gone();
-                false
+                return None;
             }
-            _ => {
-                self.sweep_strays().await;
-                true
-            }
+            Ok(until) => self.extend(until),
+            Err(_) => {}
         }
+        self.sweep_strays().await;
+        Some(Stamp::from_nanos(self.valid_until.load(Ordering::Acquire)))
     }
 
-    async fn renew(&self) -> Result<(), Fault> {
+    /// One keep-alive: until when etcd now keeps the lease (from when the
+    /// request was sent).
+    async fn renew(&self) -> Result<Stamp, Fault> {
         let sent = Stamp::now();
         let answer = self
             .client
@@ -500,13 +512,16 @@ impl Lease {
                 message: "requested lease not found".into(),
             });
         }
-        let until = sent + Duration::from_secs(ttl as u64);
+        Ok(sent + Duration::from_secs(ttl as u64))
+    }
+
+    /// The lease (and every key held on it) is surely live until `until`.
+    fn extend(&self, until: Stamp) {
         self.valid_until.fetch_max(until.nanos(), Ordering::AcqRel);
         self.health.extend(until);
         for held in self.held() {
             held.health.extend(until);
         }
-        Ok(())
     }
 
     /// Marks lost every held key that is gone or was taken again.

@@ -594,31 +594,33 @@ impl Queue {
     /// it: with the lease live when the release began (`was_live`), that is
     /// the release, not a loss.
     pub(crate) async fn leave(&self, key: &str, revision: i64, was_live: bool) -> Result<bool> {
-        self.leave_holding(key, revision, was_live, false).await
+        self.leave_holding(key, revision, was_live, None).await
     }
 
-    /// [`Queue::leave`]; a holder's (`held`) also deletes its bar, if the
-    /// bar is still its own, in the same Txn.
+    /// [`Queue::leave`]; a holder's also deletes its bar, if the bar is
+    /// still its own, in the same Txn. `lease_live`: Some for a holder,
+    /// whether the lease its key rode on was live when the release began.
     pub(crate) async fn leave_holding(
         &self,
         key: &str,
         revision: i64,
         was_live: bool,
-        held: bool,
+        lease_live: Option<bool>,
     ) -> Result<bool> {
         let mut delete = vec![json!({"request_delete_range": {"key": kv::encode(key)}})];
         let mut failure = vec![kv::get(key)];
         // Its own bar goes with it. With the key gone already, only if the
         // lease was live when the release began (the key was deleted by
-        // hand; it would bar the name as long as the session lives): a
-        // lost session's bar stands for its lock_delay.
-        if let Some(bar_value) = self.bar_value(key).filter(|_| held) {
+        // hand, whether or not the keep-alive noticed; the bar would bar
+        // the name as long as the session lives): a lost session's bar
+        // stands for its lock_delay.
+        if let Some(bar_value) = self.bar_value(key).filter(|_| lease_live.is_some()) {
             let bar = self.bar_key();
             let drop_bar = json!({"request_txn": {
                 "compare": [kv::valued(&bar, &bar_value)],
                 "success": [{"request_delete_range": {"key": kv::encode(&bar)}}],
             }});
-            if was_live {
+            if lease_live == Some(true) {
                 failure.push(drop_bar.clone());
             }
             delete.push(drop_bar);
