@@ -14,7 +14,7 @@ import lockyard
 import lockyard.redis
 import pytest
 from etcd_server import Etcd
-from lockyard.etcd import Election, Session, Term, exclusive, holder
+from lockyard.etcd import Election, Lock, Session, Term, exclusive, holder
 from redis_server import Redis
 
 Spawn = Callable[..., "subprocess.Popen[str]"]
@@ -262,6 +262,12 @@ def test_bad_input_is_refused_before_anything_is_written(
                 next(exclusive(etcd.url, [name], session=redis_session))  # type: ignore[arg-type]
             with pytest.raises(TypeError, match=r"lockyard\.redis\.Session"):
                 lockyard.redis.Election(redis.url, name, session)  # type: ignore[arg-type]
+            # Locks take a session of their backend alike.
+            with pytest.raises(TypeError, match=r"lockyard\.etcd\.Session"):
+                Lock(etcd.url, name, session=redis_session)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match=r"lockyard\.redis\.Session"):
+                lockyard.redis.Lock(redis.url, name, session=session)  # type: ignore[arg-type]
+            assert Lock(etcd.url, name, session=None).name == name
     with pytest.raises(lockyard.ConfigError, match="destroyed"):
         Election(etcd.url, name, session)
     with pytest.raises(lockyard.ConfigError, match="destroyed"):
