@@ -2,12 +2,15 @@
 //! int), names and URLs as str. A value of the wrong type is a bad
 //! argument like a negative TTL, so both raise `lockyard.ConfigError` (a
 //! `ValueError`) naming the parameter, before anything touches a server.
+//! Only a session of the wrong class is a TypeError (see [`session`]).
 
 use lockyard::redis::LeaseBuilder;
 use std::time::Duration;
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyString};
+use pyo3::types::{PyBool, PyString, PyType};
+use pyo3::PyTypeInfo;
 
 use crate::error;
 
@@ -39,6 +42,28 @@ pub(crate) fn text(what: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
         .ok()
         .and_then(|s| s.to_cow().ok().map(|s| s.into_owned()))
         .ok_or_else(|| wrong_type(what, "a str", value))
+}
+
+/// The ``session`` of a class of one backend. A session of another backend
+/// is a wrong class, not a bad value: a TypeError as pyo3's own, which
+/// would read "'Session' object cannot be cast as 'Session'"; this one
+/// names both classes.
+pub(crate) fn session<'a, 'py, S: PyTypeInfo>(
+    value: &'a Bound<'py, PyAny>,
+) -> PyResult<&'a Bound<'py, S>> {
+    value.cast::<S>().map_err(|_| {
+        let name = |class: Bound<'_, PyType>| {
+            class
+                .fully_qualified_name()
+                .map(|name| name.to_string())
+                .unwrap_or_else(|_| "?".into())
+        };
+        let expected = name(value.py().get_type::<S>());
+        PyTypeError::new_err(format!(
+            "session must be a {expected}, not {}",
+            name(value.get_type())
+        ))
+    })
 }
 
 /// A count such as `max_refresh_fails` (a non-negative int).

@@ -1,152 +1,205 @@
-//! `lockyard.redis.Election`, its `Observer` iterator and the `Term`s it
-//! yields.
+//! `lockyard.redis.Election` and `lockyard.etcd.Election`, the `Observer`
+//! iterator they return and the `Term`s it yields.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
+use lockyard::redis::Term as CoreTerm;
 use lockyard::wait::InTime;
+use lockyard::Interrupt;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
-use crate::convert::{optional_seconds, text};
-use crate::session::RedisSession;
+use crate::convert::{self, optional_seconds, text};
+use crate::session::{EtcdSession, RedisSession};
 use crate::unlocked::Unlocked;
 
-/// Leader election under a session: the leader holds the lock ``name``
-/// with its value; every term carries a fencing token.
-///
-/// >>> election = Election(url, "scheduler", session=s)
-/// >>> if election.campaign("node-a", timeout=10.0):
-/// ...     election.check_health()
-/// >>> election.leader()
-/// 'node-a'
-#[pyclass(frozen, module = "lockyard.redis", name = "Election")]
-pub(crate) struct RedisElection {
-    election: Unlocked<lockyard::redis::Election>,
-    name: String,
+/// The Python face of a core election: the same class for every backend,
+/// whose core elections share every method's name and meaning.
+macro_rules! election_class {
+    ($(#[$doc:meta])* $class:ident, $core:ty, $session:ty, $module:literal, $repr:literal) => {
+        $(#[$doc])*
+        #[pyclass(frozen, module = $module, name = "Election")]
+        pub(crate) struct $class {
+            election: Unlocked<$core>,
+            name: String,
+        }
+
+        #[pymethods]
+        impl $class {
+            #[new]
+            #[pyo3(signature = (url, name, session))]
+            fn new(
+                py: Python<'_>,
+                url: &Bound<'_, PyAny>,
+                name: &Bound<'_, PyAny>,
+                session: &Bound<'_, PyAny>,
+            ) -> PyResult<Self> {
+                let (url, name) = (text("url", url)?, text("name", name)?);
+                let election = convert::session::<$session>(session)?
+                    .get()
+                    .session
+                    .call(py, |s| <$core>::new(&url, &name, s))?;
+                Ok($class {
+                    election: Unlocked::build(py, || Ok(election))?,
+                    name,
+                })
+            }
+
+            /// Waits up to ``timeout`` seconds (None: forever, 0: one attempt) to lead
+            /// with ``value``. True once leader, False if the timeout ran out.
+            #[pyo3(signature = (value, timeout=None))]
+            fn campaign(
+                &self,
+                py: Python<'_>,
+                value: &Bound<'_, PyAny>,
+                timeout: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<bool> {
+                let value = text("value", value)?;
+                let timeout = optional_seconds("timeout", timeout)?;
+                self.election.wait(
+                    py,
+                    |election, interrupted| {
+                        election
+                            .campaign_interruptibly(&value, timeout, interrupted)
+                            .in_time()
+                    },
+                    |election, won| {
+                        if won {
+                            let _ = election.resign();
+                        }
+                    },
+                )
+            }
+
+            /// Steps down (``lockyard.NotLockedError`` if not leading); the next
+            /// campaigner takes over at once. Logs a warning if leadership had already
+            /// been lost.
+            fn resign(&self, py: Python<'_>) -> PyResult<()> {
+                self.election
+                    .call(py, |election| election.resign().map(drop))
+            }
+
+            /// The current leader's value, or None when nobody leads. Asks the server.
+            fn leader(&self, py: Python<'_>) -> PyResult<Option<String>> {
+                self.election.call(py, |election| election.leader())
+            }
+
+            /// Whether this election leads and its session is surely live.
+            #[getter]
+            fn is_leader(&self, py: Python<'_>) -> PyResult<bool> {
+                self.election.call(py, |election| Ok(election.is_leader()))
+            }
+
+            /// ``lockyard.NotLockedError`` if not leading,
+            /// ``lockyard.LockUnhealthyError`` if leadership may be lost.
+            fn check_health(&self, py: Python<'_>) -> PyResult<()> {
+                self.election.call(py, |election| election.check_health())
+            }
+
+            /// The fencing token of this election's term, None when not leading.
+            #[getter]
+            fn fencing_token(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+                self.election
+                    .call(py, |election| Ok(election.fencing_token()))
+            }
+
+            /// Same as ``fencing_token``.
+            #[getter]
+            fn term(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+                self.fencing_token(py)
+            }
+
+            #[getter]
+            fn name(&self) -> &str {
+                &self.name
+            }
+
+            /// An iterator of ``Term``s: first the current state, then every change of
+            /// leadership in order. It ends after ``timeout`` seconds without a change
+            /// (None: never).
+            #[pyo3(signature = (timeout=None))]
+            fn observe(
+                &self,
+                py: Python<'_>,
+                timeout: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<Observer> {
+                let timeout = optional_seconds("timeout", timeout)?;
+                let mut observer = self.election.call(py, |election| Ok(election.observe()))?;
+                Observer::new(
+                    py,
+                    Box::new(move |timeout, interrupted| {
+                        observer.next_change(timeout, interrupted)
+                    }),
+                    timeout,
+                )
+            }
+
+            fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+                let token = self.fencing_token(py)?;
+                let leading = match token {
+                    Some(token) => format!(" leading term={token}"),
+                    None => String::new(),
+                };
+                Ok(format!(concat!("<", $repr, " name={:?}{}>"), self.name, leading))
+            }
+        }
+    };
 }
 
-#[pymethods]
-impl RedisElection {
-    #[new]
-    #[pyo3(signature = (url, name, session))]
-    fn new(
-        py: Python<'_>,
-        url: &Bound<'_, PyAny>,
-        name: &Bound<'_, PyAny>,
-        session: &Bound<'_, RedisSession>,
-    ) -> PyResult<Self> {
-        let (url, name) = (text("url", url)?, text("name", name)?);
-        let election = session
-            .get()
-            .session
-            .call(py, |s| lockyard::redis::Election::new(&url, &name, s))?;
-        Ok(RedisElection {
-            election: Unlocked::build(py, || Ok(election))?,
-            name,
-        })
-    }
+election_class!(
+    /// Leader election under a session: the leader holds the lock ``name``
+    /// with its value; every term carries a fencing token.
+    ///
+    /// >>> election = Election(url, "scheduler", session=s)
+    /// >>> if election.campaign("node-a", timeout=10.0):
+    /// ...     election.check_health()
+    /// >>> election.leader()
+    /// 'node-a'
+    RedisElection,
+    lockyard::redis::Election,
+    RedisSession,
+    "lockyard.redis",
+    "lockyard.redis.Election"
+);
 
-    /// Waits up to ``timeout`` seconds (None: forever, 0: one attempt) to
-    /// lead with ``value``. True once leader, False if the timeout ran out.
-    #[pyo3(signature = (value, timeout=None))]
-    fn campaign(
-        &self,
-        py: Python<'_>,
-        value: &Bound<'_, PyAny>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let value = text("value", value)?;
-        let timeout = optional_seconds("timeout", timeout)?;
-        self.election.wait(
-            py,
-            |election, interrupted| {
-                election
-                    .campaign_interruptibly(&value, timeout, interrupted)
-                    .in_time()
-            },
-            |election, won| {
-                if won {
-                    let _ = election.resign();
-                }
-            },
-        )
-    }
+election_class!(
+    /// Leader election on etcd under a session: a campaign is a key in the
+    /// line of the lock ``name`` on the session's lease, storing its value;
+    /// the leader is the line's oldest key, whose create revision is the
+    /// term's fencing token. Campaigners are served in arrival order.
+    ///
+    /// >>> election = Election("etcd://127.0.0.1:2379", "scheduler", session=s)
+    /// >>> if election.campaign("node-a", timeout=10.0):
+    /// ...     election.check_health()
+    /// >>> election.leader()
+    /// 'node-a'
+    EtcdElection,
+    lockyard::etcd::Election,
+    EtcdSession,
+    "lockyard.etcd",
+    "lockyard.etcd.Election"
+);
 
-    /// Steps down (``lockyard.NotLockedError`` if not leading); the next
-    /// campaigner takes over at once. Logs a warning if leadership had
-    /// already been lost.
-    fn resign(&self, py: Python<'_>) -> PyResult<()> {
-        self.election
-            .call(py, |election| election.resign().map(drop))
-    }
+/// A core observer's `next_change`: the backends' observers share that
+/// method, not a type.
+type NextChange =
+    Box<dyn FnMut(Option<Duration>, Interrupt<'_>) -> lockyard::Result<Option<CoreTerm>> + Send>;
 
-    /// The current leader's value, or None when nobody leads. Asks Redis.
-    fn leader(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        self.election.call(py, |election| election.leader())
-    }
+/// The changes of leadership of one election (of either backend), in order.
+#[pyclass(frozen, module = "lockyard.redis")]
+pub(crate) struct Observer {
+    next_change: Unlocked<Mutex<NextChange>>,
+    timeout: Option<Duration>,
+}
 
-    /// Whether this election leads and its session is surely live.
-    #[getter]
-    fn is_leader(&self, py: Python<'_>) -> PyResult<bool> {
-        self.election.call(py, |election| Ok(election.is_leader()))
-    }
-
-    /// ``lockyard.NotLockedError`` if not leading,
-    /// ``lockyard.LockUnhealthyError`` if leadership may be lost.
-    fn check_health(&self, py: Python<'_>) -> PyResult<()> {
-        self.election.call(py, |election| election.check_health())
-    }
-
-    /// The fencing token of this election's term, None when not leading.
-    #[getter]
-    fn fencing_token(&self, py: Python<'_>) -> PyResult<Option<u64>> {
-        self.election
-            .call(py, |election| Ok(election.fencing_token()))
-    }
-
-    /// Same as ``fencing_token``.
-    #[getter]
-    fn term(&self, py: Python<'_>) -> PyResult<Option<u64>> {
-        self.fencing_token(py)
-    }
-
-    #[getter]
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// An iterator of ``Term``s: first the current state, then every change
-    /// of leadership in order. It ends after ``timeout`` seconds without a
-    /// change (None: never).
-    #[pyo3(signature = (timeout=None))]
-    fn observe(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Observer> {
-        let timeout = optional_seconds("timeout", timeout)?;
-        let observer = self.election.call(py, |election| Ok(election.observe()))?;
+impl Observer {
+    fn new(py: Python<'_>, next_change: NextChange, timeout: Option<Duration>) -> PyResult<Self> {
         Ok(Observer {
-            observer: Unlocked::build(py, || Ok(Mutex::new(observer)))?,
+            next_change: Unlocked::build(py, || Ok(Mutex::new(next_change)))?,
             timeout,
         })
     }
-
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let token = self.fencing_token(py)?;
-        let leading = match token {
-            Some(token) => format!(" leading term={token}"),
-            None => String::new(),
-        };
-        Ok(format!(
-            "<lockyard.redis.Election name={:?}{leading}>",
-            self.name
-        ))
-    }
-}
-
-/// The changes of leadership of one election, in order.
-#[pyclass(frozen, module = "lockyard.redis")]
-pub(crate) struct Observer {
-    observer: Unlocked<Mutex<lockyard::redis::Observer>>,
-    timeout: Option<Duration>,
 }
 
 #[pymethods]
@@ -157,11 +210,11 @@ impl Observer {
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Term>> {
         let timeout = self.timeout;
-        let next = self.observer.wait(
+        let next = self.next_change.wait(
             py,
-            |observer, interrupted| {
-                let mut observer = observer.lock().unwrap_or_else(|e| e.into_inner());
-                observer.next_change(timeout, interrupted)
+            |next_change, interrupted| {
+                let mut next_change = next_change.lock().unwrap_or_else(|e| e.into_inner());
+                next_change(timeout, interrupted)
             },
             |_, _| {},
         )?;

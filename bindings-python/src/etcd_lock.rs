@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
-use crate::convert::{optional_seconds, seconds, text};
+use crate::convert::{self, optional_seconds, seconds, text};
 use crate::per_thread::per_thread_lock_methods;
 use crate::session::EtcdSession;
 use crate::unlocked::{detached, Unlocked};
@@ -47,7 +47,7 @@ per_thread_lock_methods!(EtcdLock, "lockyard.etcd.Lock", {
         timeout: Option<&Bound<'_, PyAny>>,
         identity_prefix: Option<&Bound<'_, PyAny>>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
-        session: Option<&Bound<'_, EtcdSession>>,
+        session: Option<&Bound<'_, PyAny>>,
         value: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let name = text("name", name)?;
@@ -65,7 +65,8 @@ per_thread_lock_methods!(EtcdLock, "lockyard.etcd.Lock", {
         if let Some(value) = value.filter(|v| !v.is_none()) {
             builder = builder.value(text("value", value)?);
         }
-        if let Some(session) = session {
+        if let Some(session) = session.filter(|s| !s.is_none()) {
+            let session = convert::session::<EtcdSession>(session)?;
             builder = session.get().session.call(py, |s| Ok(builder.session(s)))?;
         }
         Ok(EtcdLock {

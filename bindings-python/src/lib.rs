@@ -65,15 +65,19 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.py().get_type::<election::RedisElection>(),
     )?;
     module.add(
+        "EtcdElection",
+        module.py().get_type::<election::EtcdElection>(),
+    )?;
+    // Shared by both backends' elections and walks, as RedisSlot is by
+    // their wait groups.
+    module.add(
         "RedisObserver",
         module.py().get_type::<election::Observer>(),
     )?;
     module.add("RedisTerm", module.py().get_type::<election::Term>())?;
-    module.add(
-        "RedisClaim",
-        module.py().get_type::<exclusive::RedisClaim>(),
-    )?;
+    module.add("RedisClaim", module.py().get_type::<exclusive::Claim>())?;
     module.add_function(wrap_pyfunction!(exclusive::redis_claim, module)?)?;
+    module.add_function(wrap_pyfunction!(exclusive::etcd_claim, module)?)?;
     module.add_function(wrap_pyfunction!(session::redis_holder, module)?)?;
     module.add_function(wrap_pyfunction!(command::run_command, module)?)?;
     module.add_function(wrap_pyfunction!(defaults::defaults, module)?)?;

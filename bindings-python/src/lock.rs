@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
-use crate::convert::{lease_options, optional_seconds, text};
+use crate::convert::{self, lease_options, optional_seconds, text};
 use crate::per_thread::per_thread_lock_methods;
 use crate::session::RedisSession;
 use crate::unlocked::Unlocked;
@@ -46,7 +46,7 @@ per_thread_lock_methods!(RedisLock, "lockyard.redis.Lock", {
         max_refresh_fails: Option<&Bound<'_, PyAny>>,
         identity_prefix: Option<&Bound<'_, PyAny>>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
-        session: Option<&Bound<'_, RedisSession>>,
+        session: Option<&Bound<'_, PyAny>>,
         value: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let name = text("name", name)?;
@@ -64,7 +64,8 @@ per_thread_lock_methods!(RedisLock, "lockyard.redis.Lock", {
         if let Some(value) = value.filter(|v| !v.is_none()) {
             builder = builder.value(text("value", value)?);
         }
-        if let Some(session) = session {
+        if let Some(session) = session.filter(|s| !s.is_none()) {
+            let session = convert::session::<RedisSession>(session)?;
             builder = session.get().session.call(py, |s| Ok(builder.session(s)))?;
         }
         Ok(RedisLock {

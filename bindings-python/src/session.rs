@@ -154,10 +154,11 @@ session_class!(
 );
 
 session_class!(
-    /// An etcd lease that locks live under, kept alive every ``ttl / 3``
-    /// (whole seconds). Locks under it (``Lock(url, name, session=s)``) put
-    /// their keys on its lease: they are lost with it, share its health, and
-    /// are freed at once by ``destroy()``, which revokes it. A session lost
+    /// An etcd lease that locks and elections live under, kept alive every
+    /// ``ttl / 3`` (whole seconds). Locks under it (``Lock(url, name,
+    /// session=s)``), campaigns and ``exclusive``'s claims put their keys on
+    /// its lease: they are lost with it, share its health, and are freed at
+    /// once by ``destroy()``, which revokes it. A session lost
     /// without ``destroy()`` leaves its names barred for ``lock_delay`` more
     /// seconds, for every lock of those names.
     ///

@@ -1,5 +1,5 @@
 """The native module; use it through ``lockyard``, ``lockyard.redis``,
-``lockyard.gcs`` and ``lockyard.quorum``.
+``lockyard.etcd``, ``lockyard.gcs`` and ``lockyard.quorum``.
 
 Durations are seconds (int or float). ``ttl``, ``lock_delay``,
 ``refresh_interval``, ``connect_timeout`` and the GCS request timeout and
@@ -14,6 +14,7 @@ from typing import Any
 from typing_extensions import Self, final
 
 __all__ = [
+    "EtcdElection",
     "EtcdLock",
     "EtcdSession",
     "EtcdWaitGroup",
@@ -28,6 +29,7 @@ __all__ = [
     "RedisTerm",
     "RedisWaitGroup",
     "__version__",
+    "etcd_claim",
     "etcd_holder",
     "redis_claim",
     "redis_holder",
@@ -344,7 +346,7 @@ class RedisSession:
 
 @final
 class EtcdSession:
-    """An etcd lease that locks live under, exported as
+    """An etcd lease that locks and elections live under, exported as
     ``lockyard.etcd.Session``; a context manager that destroys it on exit.
     """
 
@@ -397,15 +399,42 @@ class RedisElection:
     def observe(self, timeout: float | None = None) -> RedisObserver: ...
 
 @final
+class EtcdElection:
+    """Leader election on etcd under a session, exported as
+    ``lockyard.etcd.Election``: the methods of ``lockyard.redis.Election``;
+    the fencing token is the create revision of the leader's key.
+    """
+
+    def __new__(cls, url: str, name: str, session: EtcdSession) -> Self: ...
+    def campaign(self, value: str, timeout: float | None = None) -> bool: ...
+    def resign(self) -> None: ...
+    def leader(self) -> str | None: ...
+    @property
+    def is_leader(self) -> bool: ...
+    def check_health(self) -> None: ...
+    @property
+    def fencing_token(self) -> int | None: ...
+    @property
+    def term(self) -> int | None: ...
+    @property
+    def name(self) -> str: ...
+    def observe(self, timeout: float | None = None) -> RedisObserver: ...
+
+@final
 class RedisObserver:
-    """The changes of leadership of one election, in order."""
+    """The changes of leadership of one election (of either backend), in
+    order; exported as ``lockyard.redis.Observer`` and
+    ``lockyard.etcd.Observer``.
+    """
 
     def __iter__(self) -> Self: ...
     def __next__(self) -> RedisTerm: ...
 
 @final
 class RedisTerm:
-    """A term begins (``value`` is the leader's) or ends (``value`` is None)."""
+    """A term begins (``value`` is the leader's) or ends (``value`` is
+    None); exported as ``lockyard.redis.Term`` and ``lockyard.etcd.Term``.
+    """
 
     @property
     def value(self) -> str | None: ...
@@ -414,7 +443,8 @@ class RedisTerm:
 
 @final
 class RedisClaim:
-    """A task ``exclusive`` won: its lock, held until ``__exit__``."""
+    """A task ``exclusive`` won (on either backend): its lock, held until
+    ``__exit__``."""
 
     def __exit__(
         self,
@@ -423,6 +453,7 @@ class RedisClaim:
         traceback: TracebackType | None,
     ) -> None: ...
 
+def etcd_claim(url: str, name: str, session: EtcdSession) -> RedisClaim | None: ...
 def etcd_holder(url: str, name: str) -> str | None: ...
 def redis_claim(url: str, name: str, session: RedisSession) -> RedisClaim | None: ...
 def redis_holder(url: str, name: str) -> str | None: ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from lockyard._exclusive import walk
 from lockyard._lockyard import RedisElection as Election
 from lockyard._lockyard import RedisLock as Lock
 from lockyard._lockyard import RedisObserver as Observer
@@ -55,20 +56,4 @@ def exclusive(url: str, names: Iterable[str], *, session: Session) -> Iterator[s
     >>> for task in exclusive(url, tasks, session=session):
     ...     session.check_health()  # before each step that must not run twice
     """
-    for name in names:
-        claim = redis_claim(url, name, session)
-        if claim is None:
-            continue
-        # Ends the task's block as `with` would: in a process forked inside
-        # it the lock is the parent's and stays held, and a failing release
-        # does not replace what the loop body raised. GeneratorExit means
-        # the loop broke: an orderly exit, whose failing release raises.
-        try:
-            yield name
-        except GeneratorExit:
-            claim.__exit__(None, None, None)
-            raise
-        except BaseException as raised:
-            claim.__exit__(type(raised), raised, raised.__traceback__)
-            raise
-        claim.__exit__(None, None, None)
+    return walk(redis_claim, url, names, session)
