@@ -88,7 +88,8 @@ fn a_resign_hands_leadership_to_the_next_campaigner_in_arrival_order() {
 #[test]
 fn an_observer_sees_every_term_in_order_and_ends_on_its_timeout() {
     let server = EtcdServer::start();
-    let (sa, sb) = (session(&server, 5, 0), session(&server, 5, 0));
+    // a's session bars the name: its grants put a key and a bar in one Txn.
+    let (sa, sb) = (session(&server, 5, 10), session(&server, 5, 0));
     let a = Election::new(&server.url(), "jobs", &sa).unwrap();
     let b = Election::new(&server.url(), "jobs", &sb).unwrap();
     let mut observer = a.observe();
@@ -103,7 +104,8 @@ fn an_observer_sees_every_term_in_order_and_ends_on_its_timeout() {
     let ta = a.fencing_token().unwrap();
     std::thread::scope(|s| {
         let waiting = s.spawn(|| b.campaign("node-b", WAIT).unwrap());
-        assert!(eventually(Duration::from_secs(5), || server.keys().len() == 2));
+        // a's key and bar, then b's key.
+        assert!(eventually(Duration::from_secs(5), || server.keys().len() == 3));
         a.resign().unwrap();
         assert!(waiting.join().unwrap());
     });

@@ -441,15 +441,20 @@ impl Observer {
             ));
         }
         let events = result["events"].as_array().cloned().unwrap_or_default();
+        // Revisions up to here are in a read made since the watch opened.
+        let applied = self.seen.as_ref().map_or(0, |seen| seen.revision);
+        let mut current = applied;
         for event in &events {
             let revision = kv::number(&event["kv"]["mod_revision"]);
-            let seen = self.seen.as_mut().expect("read before watching");
-            // Already in a read made since the watch was opened.
-            if revision <= seen.revision {
+            if revision <= applied {
                 continue;
             }
-            // Each revision is one Txn: report the state between Txns only.
-            self.settle();
+            // Each revision is one Txn (a key and its bar): report the
+            // state between Txns only.
+            if revision != current {
+                self.settle();
+                current = revision;
+            }
             let seen = self.seen.as_mut().expect("read before watching");
             seen.apply(&self.line, event);
             seen.revision = revision;
