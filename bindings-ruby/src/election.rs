@@ -1,6 +1,6 @@
-//! `Lockyard::Redis::Election` and its `Observer`, the native halves,
-//! declared by [`election_class!`] over a backend's core election (the
-//! backends' elections share every method name). `campaign`'s keywords and
+//! `Lockyard::Redis::Election` and `Lockyard::Etcd::Election` with their
+//! `Observer`s, the native halves: the core's elections share every method
+//! name, so [`election_class!`] declares both. `campaign`'s keywords and
 //! `observe`'s block are in `lib/lockyard/election.rb`.
 
 use std::sync::{Mutex, PoisonError};
@@ -10,7 +10,7 @@ use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, 
 use crate::convert;
 use crate::errors::OrRaise;
 use crate::nogvl::NoGvl;
-use crate::session::Session;
+use crate::session::{EtcdSession, Session};
 
 /// A Ruby election class and its observer class over the core's
 /// `lockyard::$backend::{Election, Observer}`, campaigning under the
@@ -173,7 +173,19 @@ election_class!(
     "Lockyard::Redis::Election",
     "Lockyard::Redis::Observer"
 );
+election_class!(
+    EtcdElection,
+    EtcdObserver,
+    etcd,
+    EtcdSession,
+    "Lockyard::Etcd::Election",
+    "Lockyard::Etcd::Observer"
+);
 
 pub(crate) fn define(ruby: &Ruby, redis: RModule) -> Result<(), Error> {
     Election::define_in(ruby, redis)
+}
+
+pub(crate) fn define_etcd(ruby: &Ruby, etcd: RModule) -> Result<(), Error> {
+    EtcdElection::define_in(ruby, etcd)
 }

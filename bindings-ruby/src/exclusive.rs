@@ -1,16 +1,16 @@
-//! `Lockyard::Redis.claim` and its `Claim`: the one step of
-//! `each_exclusive` that decides anything, the core's `claim`, which tries
-//! a name's lock once under the session; declared by [`claim_class!`] over
-//! a backend's core `claim` (the backends' share their names).
-//! `lib/lockyard/exclusive.rb` only walks the names and ends each task's
-//! block.
+//! `Lockyard::Redis.claim` and `Lockyard::Etcd.claim` with their `Claim`s:
+//! the one step of `each_exclusive` that decides anything, the core's
+//! `claim`, which tries a name's lock once under the session. Both
+//! backends' `claim` and `Claim` share their names, so [`claim_class!`]
+//! declares both. `lib/lockyard/exclusive.rb` only walks the names and
+//! ends each task's block.
 
 use magnus::{function, method, prelude::*, Error, RModule, Ruby, Value};
 
 use crate::convert;
 use crate::errors::OrRaise;
 use crate::nogvl::NoGvl;
-use crate::session::Session;
+use crate::session::{EtcdSession, Session};
 use crate::thread_watch;
 
 /// The Ruby class `$ruby_name` of a task won by `lockyard::$backend::claim`
@@ -74,7 +74,12 @@ macro_rules! claim_class {
 }
 
 claim_class!(Claim, redis, Session, "Lockyard::Redis::Claim");
+claim_class!(EtcdClaim, etcd, EtcdSession, "Lockyard::Etcd::Claim");
 
 pub(crate) fn define(ruby: &Ruby, redis: RModule) -> Result<(), Error> {
     Claim::define_in(ruby, redis)
+}
+
+pub(crate) fn define_etcd(ruby: &Ruby, etcd: RModule) -> Result<(), Error> {
+    EtcdClaim::define_in(ruby, etcd)
 }

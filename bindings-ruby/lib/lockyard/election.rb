@@ -6,10 +6,11 @@ module Lockyard
   # increasing across terms.
   Term = Struct.new(:value, :fencing_token)
 
-  # What every election class shares ({Lockyard::Redis::Election}) over
-  # its native +build+, +campaign_within+ and +observer+: the keywords of
-  # +new+, {#campaign} and {#observe}. The native methods are documented
-  # here too, as every backend defines them alike.
+  # What every election class shares ({Lockyard::Redis::Election},
+  # {Lockyard::Etcd::Election}) over its native +build+, +campaign_within+
+  # and +observer+: the keywords of +new+, {#campaign} and {#observe}. The
+  # native methods are documented here too, as every backend defines them
+  # alike.
   #
   # @!method resign
   #   Steps down; the next campaigner takes over at once.
@@ -41,8 +42,8 @@ module Lockyard
       # @param url [String] the session's server
       # @param name [String] the election's name: campaigners of the same name
       #   compete for one leadership
-      # @param session [Lockyard::Redis::Session] the backend's session to
-      #   campaign under; leadership ends with it
+      # @param session [Lockyard::Redis::Session, Lockyard::Etcd::Session] the
+      #   backend's session to campaign under; leadership ends with it
       # @raise [Lockyard::ConfigError] for a bad name, a session of another
       #   backend or a destroyed one
       def new(url:, name:, session:)

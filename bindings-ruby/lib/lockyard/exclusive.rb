@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 module Lockyard
-  # +each_exclusive+ of every backend with sessions ({Lockyard::Redis}),
-  # which extend it, over their native private +claim+.
+  # +each_exclusive+ of every backend with sessions ({Lockyard::Redis},
+  # {Lockyard::Etcd}), which extend it, over their native private +claim+.
   module Exclusive
     # Mutually exclusive workers: tries each name's lock once under +session+
     # and yields only the names won, skipping taken ones without waiting.
@@ -10,7 +10,7 @@ module Lockyard
     # breaks or raises. Without a block, returns an Enumerator.
     # @param url [String] the session's server
     # @param names [Enumerable<String>] the tasks, walked in order
-    # @param session [Lockyard::Redis::Session] this backend's session
+    # @param session [Lockyard::Redis::Session, Lockyard::Etcd::Session] this backend's session
     # @return [nil]
     # @raise [Lockyard::ConfigError] for a bad name, a session of another backend
     #   or a destroyed one
