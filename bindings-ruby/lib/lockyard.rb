@@ -31,6 +31,8 @@ Lockyard.private_class_method :finish_background_work
 at_exit { Lockyard.send(:finish_background_work) }
 require_relative "lockyard/thread_watch"
 require_relative "lockyard/synchronize"
+require_relative "lockyard/election"
+require_relative "lockyard/exclusive"
 require_relative "lockyard/redis"
 require_relative "lockyard/slot_group"
 require_relative "lockyard/redis/wait_group"

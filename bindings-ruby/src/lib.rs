@@ -1,6 +1,7 @@
 //! The Ruby binding of lockyard: `Lockyard::Redis::Lock`, `WaitGroup`,
-//! `Session`, `Election`, `Lockyard::Quorum::RwLock`, `Lockyard::GCS::Lock`, `Lockyard::Etcd::Lock`
-//! and the error mapping. The pure-Ruby idioms (keyword arguments,
+//! `Session`, `Election` and `each_exclusive`, their `Lockyard::Etcd`
+//! namesakes, `Lockyard::Quorum::RwLock`, `Lockyard::GCS::Lock` and the
+//! error mapping. The pure-Ruby idioms (keyword arguments,
 //! `synchronize`) live in `lib/lockyard/`; this crate only converts
 //! arguments, releases the GVL around blocking calls and maps errors.
 
@@ -45,6 +46,8 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let etcd = lockyard.define_module("Etcd")?;
     etcd_lock::define(ruby, etcd)?;
     session::define_etcd(ruby, etcd)?;
+    election::define_etcd(ruby, etcd)?;
+    exclusive::define_etcd(ruby, etcd)?;
     wait_group::define(ruby, redis, etcd)?;
     let gcs = lockyard.define_module("GCS")?;
     gcs_lock::define(ruby, gcs)

@@ -93,11 +93,12 @@ module Lockyard
       Slot = Lockyard::SlotGroup::Slot
     end
 
-    # An etcd lease that locks live under, kept alive every ttl / 3 (whole
-    # seconds). Locks under it put their keys on its lease: they are lost
-    # with it, share its health, and are freed at once by {#destroy}, which
-    # revokes it. A session lost without {#destroy} leaves its names barred
-    # for +lock_delay+ more seconds, for every lock of those names.
+    # An etcd lease that locks and elections live under, kept alive every
+    # ttl / 3 (whole seconds). Locks under it put their keys on its lease:
+    # they are lost with it, share its health, and are freed at once by
+    # {#destroy}, which revokes it. A session lost without {#destroy} leaves
+    # its names barred for +lock_delay+ more seconds, for every lock of
+    # those names.
     #
     #   Lockyard::Etcd::Session.open(url: url, ttl: 15) do |session|
     #     Lockyard::Etcd::Lock.new(url: url, name: "task-7", session: session).synchronize { run }
@@ -133,6 +134,29 @@ module Lockyard
         "#<#{self.class} id=#{id} healthy=#{healthy?}>"
       end
     end
+
+    # One change of leadership (see {Lockyard::Term}).
+    Term = Lockyard::Term
+
+    # Leader election under a session, with the methods of
+    # {Lockyard::Redis::Election} ({Lockyard::Leadership}'s): a campaign is
+    # a key in the line of the lock +name+, storing the campaign's value, so
+    # campaigners lead in arrival order; the leader's fencing token is its
+    # key's create revision.
+    #
+    #   election = Lockyard::Etcd::Election.new(url: url, name: "scheduler", session: session)
+    #   election.campaign("node-a", timeout: 10)
+    #   election.leader        # => "node-a"
+    #   election.observe { |term| puts "leader: #{term.value.inspect} (#{term.fencing_token})" }
+    class Election
+      include Lockyard::Leadership
+    end
+
+    private_constant :Claim
+    private_class_method :claim
+    # +each_exclusive(url:, names:, session:)+, as {Lockyard::Redis.each_exclusive}
+    # (see {Lockyard::Exclusive#each_exclusive}), with this module's locks.
+    extend Lockyard::Exclusive
 
     # @!method self.holder(url, name)
     #   @return [String, nil] what the lock's current holder stored (its value under a

@@ -166,69 +166,19 @@ module Lockyard
       end
     end
 
-    # One change of leadership: a term begins (+value+ is the new leader's)
-    # or ends (+value+ is nil). +fencing_token+ is the term's, strictly
-    # increasing across terms.
-    Term = Struct.new(:value, :fencing_token)
+    # One change of leadership (see {Lockyard::Term}).
+    Term = Lockyard::Term
 
     # Leader election under a session: the leader holds the lock +name+
-    # with its value, and every term carries a fencing token.
+    # with its value, and every term carries a fencing token. The methods
+    # are {Lockyard::Leadership}'s.
     #
     #   election = Lockyard::Redis::Election.new(url: url, name: "scheduler", session: session)
     #   election.campaign("node-a", timeout: 10)
     #   election.leader        # => "node-a"
     #   election.observe { |term| puts "leader: #{term.value.inspect} (#{term.fencing_token})" }
     class Election
-      # @raise [Lockyard::ConfigError] for a bad name or a destroyed session
-      def self.new(url:, name:, session:)
-        election = build(url, name, session)
-        # Leadership lives under the session: keep it while the election does.
-        election.instance_variable_set(:@session, session)
-        election
-      end
-      private_class_method :build
-
-      # Waits until this election leads with +value+.
-      # @param timeout [Numeric, nil] seconds to wait; nil waits forever, 0 tries once
-      # @return [true]
-      # @raise [Lockyard::TimeoutError] when the wait runs out
-      # @raise [Lockyard::AlreadyLockedError] when it leads already
-      def campaign(value, timeout: nil)
-        campaign_within(value, timeout)
-      end
-
-      # Yields a {Term} for the current state, then for every change of
-      # leadership in order; returns once +timeout+ seconds pass without a
-      # change (nil: never). Without a block, returns an Enumerator.
-      def observe(timeout: nil)
-        return enum_for(:observe, timeout: timeout) unless block_given?
-
-        changes = observer
-        while (change = changes.next_change(timeout))
-          yield Term.new(*change)
-        end
-        nil
-      end
-
-      # @!method resign
-      #   Steps down; the next campaigner takes over at once.
-      #   @return [Boolean] false if leadership had been lost meanwhile
-      #   @raise [Lockyard::NotLockedError] when not leading
-      # @!method leader
-      #   @return [String, nil] the current leader's value; nil when nobody leads
-      # @!method leader?
-      #   Whether this election leads and its session is surely live.
-      # @!method check_health!
-      #   @raise [Lockyard::NotLockedError] when not leading
-      #   @raise [Lockyard::LockUnhealthyError] when leadership may be lost
-      # @!method fencing_token
-      #   @return [Integer, nil] this election's term, nil when not leading
-      # @!method term
-      #   Same as {#fencing_token}.
-
-      def inspect
-        "#<#{self.class} name=#{name.inspect}#{" term=#{term}" if term}>"
-      end
+      include Lockyard::Leadership
     end
 
     # The value of the current holder of the lock +name+ (+value:+ of a lock
@@ -242,30 +192,8 @@ module Lockyard
     private_class_method :holder_value
 
     private_constant :Claim
-
-    # Mutually exclusive workers: tries each name's lock once under +session+
-    # and yields only the names won, skipping taken ones without waiting.
-    # Each lock is held while the block runs and released when it returns,
-    # breaks or raises.
-    # @return [nil]
-    def self.each_exclusive(url:, names:, session:)
-      return enum_for(:each_exclusive, url: url, names: names, session: session) unless block_given?
-
-      names.each do |name|
-        # Interrupts (Thread#raise, Timeout) are let in only while trying
-        # and inside the block, as in +synchronize+, so none lands between
-        # the claim being won and the ensure that gives it back.
-        Thread.handle_interrupt(Exception => :never) do
-          claim = nil
-          Lockyard.give_back_after(-> { claim&.leave }) do
-            Thread.handle_interrupt(Exception => :immediate) do
-              claim = Claim.take(url, name, session)
-              yield name if claim
-            end
-          end
-        end
-      end
-      nil
-    end
+    private_class_method :claim
+    # +each_exclusive(url:, names:, session:)+, see {Lockyard::Exclusive#each_exclusive}.
+    extend Lockyard::Exclusive
   end
 end

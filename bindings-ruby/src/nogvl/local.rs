@@ -64,9 +64,16 @@ local!(etcd::Lock {
     fn default_timeout() -> Option<Duration>;
 });
 
-local!(redis::Claim {
-    fn release_in_background() -> ();
-});
+/// Both backends' claims (`lockyard::exclusive::Claim` of their lock).
+macro_rules! claim_local {
+    ($($core:ty),*) => {
+        $(local!($core {
+            fn release_in_background() -> ();
+        });)*
+    };
+}
+
+claim_local!(redis::Claim, etcd::Claim);
 
 /// The sessions of both backends share these names.
 macro_rules! session_local {
@@ -85,24 +92,24 @@ macro_rules! session_local {
 
 session_local!(redis::Session, etcd::Session);
 
-/// `builder`'s lock, to be held under this session: touches no server.
-impl Local<'_, etcd::Session> {
-    pub(crate) fn bind(&self, builder: etcd::LockBuilder) -> etcd::LockBuilder {
-        builder.session(self.0)
-    }
+/// Binding a lock or an election to a session touches no server either,
+/// in either backend (`$backend::{Session, LockBuilder, Election}`).
+macro_rules! session_binding {
+    ($($backend:ident),*) => {
+        $(impl Local<'_, $backend::Session> {
+            /// `builder`'s lock, to be held under this session.
+            pub(crate) fn bind(&self, builder: $backend::LockBuilder) -> $backend::LockBuilder {
+                builder.session(self.0)
+            }
+            /// The election `name`, campaigning under this session.
+            pub(crate) fn election(&self, url: &str, name: &str) -> Result<$backend::Election> {
+                $backend::Election::new(url, name, self.0)
+            }
+        })*
+    };
 }
 
-/// Binding a lock or an election to a session touches no server either.
-impl Local<'_, redis::Session> {
-    /// `builder`'s lock, to be held under this session.
-    pub(crate) fn bind(&self, builder: redis::LockBuilder) -> redis::LockBuilder {
-        builder.session(self.0)
-    }
-    /// The election `name`, campaigning under this session.
-    pub(crate) fn election(&self, url: &str, name: &str) -> Result<redis::Election> {
-        redis::Election::new(url, name, self.0)
-    }
-}
+session_binding!(redis, etcd);
 
 local!(Box<dyn SlotGroup> {
     fn release_blocks_in_background() -> ();
@@ -111,13 +118,21 @@ local!(Box<dyn SlotGroup> {
     fn fencing_token(token: &str) -> Option<u64>;
 });
 
-local!(redis::Election {
-    fn resign_in_background() -> ();
-    fn is_leader() -> bool;
-    fn check_health() -> Result<()>;
-    fn fencing_token() -> Option<u64>;
-    fn observe() -> redis::Observer;
-});
+/// The elections of both backends share these names
+/// (`$backend::{Election, Observer}`).
+macro_rules! election_local {
+    ($($backend:ident),*) => {
+        $(local!($backend::Election {
+            fn resign_in_background() -> ();
+            fn is_leader() -> bool;
+            fn check_health() -> Result<()>;
+            fn fencing_token() -> Option<u64>;
+            fn observe() -> $backend::Observer;
+        });)*
+    };
+}
+
+election_local!(redis, etcd);
 
 local!(quorum::RwLock {
     fn release_all_in_background() -> ();
