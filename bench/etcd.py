@@ -22,10 +22,10 @@ from __future__ import annotations
 import argparse
 import base64
 import http.client
-import shlex
-import subprocess
 import json
+import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading

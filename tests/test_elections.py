@@ -1,15 +1,22 @@
-"""A Python and a Ruby candidate trade leadership quickly; observers in
-both languages' process see every term, in fencing-token order, and never
-a leader that is not the leader."""
+"""A Python and a Ruby candidate trade leadership quickly, on Redis and on
+etcd; an observer sees every term, in fencing-token order, and never a
+leader that is not the leader."""
 
-from lockyard.redis import Election, Session
+import pytest
+from lockyard import etcd, redis
 
 
-def test_observe_sees_every_change_across_languages(workers, redis_server):
+@pytest.mark.parametrize("backend", ["redis", "etcd"])
+def test_observe_sees_every_change_across_languages(backend, request):
+    workers = request.getfixturevalue(
+        "workers" if backend == "redis" else "etcd_workers"
+    )
+    module = redis if backend == "redis" else etcd
+    url = workers.server.url
     py = workers.start_campaigner("py", "leader", "py-node")
     rb = workers.start_campaigner("rb", "leader", "rb-node")
-    with Session(redis_server.url) as session:
-        watcher = Election(redis_server.url, "leader", session)
+    with module.Session(url) as session:
+        watcher = module.Election(url, "leader", session)
         observer = watcher.observe(timeout=1.0)
         assert next(observer).value is None
         fences = []

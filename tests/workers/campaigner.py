@@ -3,18 +3,21 @@
 JSON line carrying its term's fencing token.
 
     python campaigner.py URL NAME VALUE
+
+URL is a Redis or an etcd URL.
 """
 
 import json
 import sys
 
-from lockyard.redis import Election, Session
+from lockyard import etcd, redis
 
 
 def main() -> None:
     url, name, value = sys.argv[1:4]
-    with Session(url, ttl=2.0, lock_delay=0) as session:
-        election = Election(url, name, session)
+    backend = etcd if url.startswith(("etcd://", "etcds://")) else redis
+    with backend.Session(url, ttl=2.0, lock_delay=0) as session:
+        election = backend.Election(url, name, session)
         for command in sys.stdin:
             command = command.strip()
             if command == "exit":
