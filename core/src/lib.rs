@@ -38,7 +38,7 @@
 //! | `redis`  | `lockyard::redis`  | `Lock`, `WaitGroup`, `Session`, `Election`, `exclusive`   |
 //! | `gcs`    | `lockyard::gcs`    | `Lock` on Google Cloud Storage (brings reqwest, google-cloud-auth) |
 //! | `quorum` | `lockyard::quorum` | `RwLock` over N Redis servers; implies `redis`            |
-//! | `etcd`   | `lockyard::etcd`   | `Lock` on etcd v3, a consensus store (brings reqwest)     |
+//! | `etcd`   | `lockyard::etcd`   | the same five on etcd v3, a consensus store (brings reqwest) |
 //!
 //! A Redis-only build, with no HTTP stack:
 //!
