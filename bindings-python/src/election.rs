@@ -5,8 +5,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use lockyard::redis::Term as CoreTerm;
-use lockyard::wait::InTime;
-use lockyard::Interrupt;
+use lockyard::wait::{lock_within, InTime};
+use lockyard::{Deadline, Interrupt};
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
@@ -128,8 +128,8 @@ macro_rules! election_class {
                 let mut observer = self.election.call(py, |election| Ok(election.observe()))?;
                 Observer::new(
                     py,
-                    Box::new(move |timeout, interrupted| {
-                        observer.next_change(timeout, interrupted)
+                    Box::new(move |deadline, interrupted| {
+                        observer.next_change(deadline, interrupted)
                     }),
                     timeout,
                 )
@@ -184,7 +184,7 @@ election_class!(
 /// A core observer's `next_change`: the backends' observers share that
 /// method, not a type.
 type NextChange =
-    Box<dyn FnMut(Option<Duration>, Interrupt<'_>) -> lockyard::Result<Option<CoreTerm>> + Send>;
+    Box<dyn FnMut(Deadline, Interrupt<'_>) -> lockyard::Result<Option<CoreTerm>> + Send>;
 
 /// The changes of leadership of one election (of either backend), in order.
 #[pyclass(frozen, module = "lockyard.redis")]
@@ -213,8 +213,13 @@ impl Observer {
         let next = self.next_change.wait(
             py,
             |next_change, interrupted| {
-                let mut next_change = next_change.lock().unwrap_or_else(|e| e.into_inner());
-                next_change(timeout, interrupted)
+                // Another thread may be reading this observer: wait for it
+                // within the same deadline, interruptibly.
+                let deadline = Deadline::after(timeout);
+                match lock_within(next_change, deadline, interrupted, "an election's observer")? {
+                    Some(mut next_change) => next_change(deadline, interrupted),
+                    None => Ok(None),
+                }
             },
             |_, _| {},
         )?;

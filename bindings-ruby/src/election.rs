@@ -3,7 +3,9 @@
 //! name, so [`election_class!`] declares both. `campaign`'s keywords and
 //! `observe`'s block are in `lib/lockyard/election.rb`.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
+
+use lockyard::wait::lock_within;
 
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, RModule, Ruby, Value};
 
@@ -148,8 +150,13 @@ macro_rules! election_class {
                 let deadline = convert::deadline(ruby, timeout).or_raise(ruby)?;
                 let changes = &rb_self.core;
                 let term = changes.until(ruby, deadline, |observer, deadline, interrupted| {
-                    let mut observer = observer.lock().unwrap_or_else(PoisonError::into_inner);
-                    observer.next_change(deadline, interrupted)
+                    // Another thread may be reading this observer: wait for
+                    // it within the same deadline, interruptibly.
+                    let what = "an election's observer";
+                    match lock_within(observer, deadline, interrupted, what)? {
+                        Some(mut observer) => observer.next_change(deadline, interrupted),
+                        None => Ok(None),
+                    }
                 })?;
                 Ok(term.map(|term| (term.value, term.fencing_token)))
             }

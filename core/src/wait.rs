@@ -4,6 +4,7 @@
 //! here once, so a binding neither builds timeouts nor keeps deadlines of
 //! its own.
 
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -116,6 +117,37 @@ impl From<Option<Duration>> for Deadline {
 impl From<Duration> for Deadline {
     fn from(timeout: Duration) -> Self {
         Deadline::after(Some(timeout))
+    }
+}
+
+/// Locks `mutex` for a wait until `deadline`: for an object a binding
+/// shares between threads (an election's observer), whose waits must stay
+/// interruptible, and keep their deadline, while another thread's wait
+/// holds it. Ok(None) once the deadline passed first; [`Error::Interrupted`]
+/// (naming `what`) once `interrupted` answers true, asked every 10 ms.
+///
+/// # Errors
+/// [`Error::Interrupted`].
+pub fn lock_within<'m, T>(
+    mutex: &'m Mutex<T>,
+    deadline: Deadline,
+    interrupted: Interrupt<'_>,
+    what: &str,
+) -> Result<Option<MutexGuard<'m, T>>> {
+    const PAUSE: Duration = Duration::from_millis(10);
+    loop {
+        match mutex.try_lock() {
+            Ok(guard) => return Ok(Some(guard)),
+            Err(TryLockError::Poisoned(poisoned)) => return Ok(Some(poisoned.into_inner())),
+            Err(TryLockError::WouldBlock) => {}
+        }
+        if interrupted() {
+            return Err(Error::Interrupted(what.to_owned()));
+        }
+        if deadline.left() == Some(Duration::ZERO) {
+            return Ok(None);
+        }
+        std::thread::sleep(PAUSE);
     }
 }
 

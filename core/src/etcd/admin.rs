@@ -118,9 +118,9 @@ pub fn force_release(url: &str, name: &str) -> Result<u32> {
             line_limit(&queue, &line) as usize
         };
         for entry in line.iter().take(held) {
-            let delete = json!({"key": kv::encode(&entry.key)});
-            let answer = queue.delete(&delete).await?;
-            removed += kv::number(&answer["deleted"]) as u32;
+            if queue.remove(&entry.key).await? {
+                removed += 1;
+            }
         }
         queue
             .delete(&json!({"key": kv::encode(&queue.bar_key())}))

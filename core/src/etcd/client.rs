@@ -161,13 +161,39 @@ impl Client {
         body: &Value,
         until: Instant,
     ) -> Result<(Value, bool), Fault> {
+        let (answer, resent) = self.call_resending(path, body, until).await;
+        answer.map(|answer| (answer, resent))
+    }
+
+    /// Revokes lease `id`. Ok(false) if etcd no longer had it, unless the
+    /// revoke was sent again after an attempt whose fate is unknown: then
+    /// that attempt revoked it (Ok(true)).
+    pub(crate) async fn revoke(&self, id: i64, until: Instant) -> Result<bool, Fault> {
+        match self
+            .call_resending("lease/revoke", &json!({"ID": id}), until)
+            .await
+        {
+            (Ok(_), _) => Ok(true),
+            (Err(fault), resent) if fault.is_lease_gone() => Ok(resent),
+            (Err(fault), _) => Err(fault),
+        }
+    }
+
+    /// [`Client::call_tracked`], saying whether the request was sent again
+    /// also when the answer is a refusal.
+    async fn call_resending(
+        &self,
+        path: &str,
+        body: &Value,
+        until: Instant,
+    ) -> (Result<Value, Fault>, bool) {
         let mut pause = FIRST_PAUSE;
         let mut renewed_token = false;
         let mut resent = false;
         loop {
             let member = self.preferred.load(Ordering::Relaxed) % self.target.members.len();
             let failure = match self.ask(member, path, body, until).await {
-                Ok(answer) => return Ok((answer, resent)),
+                Ok(answer) => return (Ok(answer), resent),
                 Err(Fault::Refused { code, .. }) if code == UNAUTHENTICATED && !renewed_token => {
                     // The token expired (or never was): log in again, once per call.
                     renewed_token = true;
@@ -175,7 +201,7 @@ impl Client {
                     continue;
                 }
                 Err(Fault::Refused { code, message }) if !is_passing(code, &message) => {
-                    return Err(Fault::Refused { code, message })
+                    return (Err(Fault::Refused { code, message }), resent)
                 }
                 // Never sent: a repeat cannot meet an earlier attempt's write.
                 Err(Fault::Unsent(message)) => message,
@@ -193,7 +219,7 @@ impl Client {
             );
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Fault::Unanswered(failure));
+                return (Err(Fault::Unanswered(failure)), resent);
             }
             tokio::time::sleep(pause.min(left)).await;
             pause = (pause * 2).min(MAX_PAUSE);

@@ -109,14 +109,14 @@ pub(crate) fn two_leases_lost(queue: &Queue) -> Error {
 pub(crate) fn give_back(queue: &Queue, grant: &Grant) -> Result<bool> {
     let was_live = grant.held.health.is_healthy();
     let (key, revision) = (&grant.held.key, grant.held.revision);
-    // Surely live, not merely not known lost: a key gone from a lease
-    // that may have run out must leave its bar standing.
     let lease_live = grant.lease.health.is_healthy();
-    let left = runtime::block_on(queue.leave_holding(key, revision, was_live, Some(lease_live)));
+    let left =
+        runtime::block_on(queue.leave_holding(key, revision, was_live, Some(grant.lease.id)));
     if left.is_err() || grant.held.resent {
         grant.lease.stray(key.clone());
     }
-    if left.is_err() {
+    // A lease that may have run out leaves its bar standing (lock_delay).
+    if left.is_err() && lease_live {
         stray_bar(queue, &grant.lease, key);
     }
     left

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -165,20 +165,18 @@ impl Leases {
                 });
             }
         }
-        let bars = match self.bar_ttl {
-            Some(ttl_secs) => Some(Arc::new(self.grant(ttl_secs, until).await?)),
-            None => None,
-        };
-        let mut lease = match self.grant(self.ttl_secs, until).await {
-            Ok(lease) => lease,
-            Err(e) => {
-                if let Some(bars) = bars {
-                    self.revoke_in_background(bars.id);
+        // The lease first, its bar lease after: the bars then surely
+        // outlive the lease's first deadline by the lock_delay.
+        let mut lease = self.grant(self.ttl_secs, until).await?;
+        if let Some(ttl_secs) = self.bar_ttl {
+            match self.grant(ttl_secs, until).await {
+                Ok(bars) => lease.bars = Some(Arc::new(bars)),
+                Err(e) => {
+                    self.revoke_in_background(lease.id);
+                    return Err(e);
                 }
-                return Err(e);
             }
-        };
-        lease.bars = bars;
+        }
         let lease = Arc::new(lease);
         let task = runtime::spawn(Lease::keep_alive(Arc::downgrade(&lease)));
         *lease.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
@@ -238,20 +236,18 @@ impl Leases {
         }
         lease.mark_lost(why.to_owned());
         let until = Instant::now() + self.client.request_timeout();
-        match revoke(&self.client, lease.id, until).await {
-            Ok(_) => {}
+        match self.client.revoke(lease.id, until).await {
+            Ok(true) => {}
             // Lost meanwhile: its bars stand, as above.
-            Err(fault) if fault.is_lease_gone() => return Ok(()),
+            Ok(false) => return Ok(()),
             // Unknown: the bars run out after ttl + lock_delay, the
             // session's keys after ttl.
             Err(fault) => return Err(fault.into_error(&self.client, "revoking a session's lease")),
         }
         match &lease.bars {
-            Some(bars) => match revoke(&self.client, bars.id, until).await {
-                Err(fault) if !fault.is_lease_gone() => {
-                    Err(fault.into_error(&self.client, "revoking a session's bar lease"))
-                }
-                _ => Ok(()),
+            Some(bars) => match self.client.revoke(bars.id, until).await {
+                Err(fault) => Err(fault.into_error(&self.client, "revoking a session's bar lease")),
+                Ok(_) => Ok(()),
             },
             None => Ok(()),
         }
@@ -261,13 +257,9 @@ impl Leases {
         let client = self.client.clone();
         let until = Instant::now() + client.request_timeout();
         runtime::spawn_awaited(async move {
-            let _ = revoke(&client, id, until).await;
+            let _ = client.revoke(id, until).await;
         });
     }
-}
-
-async fn revoke(client: &Client, id: i64, until: Instant) -> Result<Value, Fault> {
-    client.call("lease/revoke", &json!({"ID": id}), until).await
 }
 
 /// A ttl in etcd's whole seconds, rounded up.

@@ -597,38 +597,24 @@ impl Queue {
         self.leave_holding(key, revision, was_live, None).await
     }
 
-    /// [`Queue::leave`]; a holder's also deletes its bar, if the bar is
-    /// still its own, in the same Txn. `lease_live`: Some for a holder,
-    /// whether the lease its key rode on was live when the release began.
+    /// [`Queue::leave`]; a holder's (`lease`: the lease its key rode on)
+    /// also deletes its bar, if the bar is still its own, in the same Txn.
     pub(crate) async fn leave_holding(
         &self,
         key: &str,
         revision: i64,
         was_live: bool,
-        lease_live: Option<bool>,
+        lease: Option<i64>,
     ) -> Result<bool> {
+        let bar = lease.and_then(|_| self.bar_value(key));
         let mut delete = vec![json!({"request_delete_range": {"key": kv::encode(key)}})];
-        let mut failure = vec![kv::get(key)];
-        // Its own bar goes with it. With the key gone already, only if the
-        // lease was live when the release began (the key was deleted by
-        // hand, whether or not the keep-alive noticed; the bar would bar
-        // the name as long as the session lives): a lost session's bar
-        // stands for its lock_delay.
-        if let Some(bar_value) = self.bar_value(key).filter(|_| lease_live.is_some()) {
-            let bar = self.bar_key();
-            let drop_bar = json!({"request_txn": {
-                "compare": [kv::valued(&bar, &bar_value)],
-                "success": [{"request_delete_range": {"key": kv::encode(&bar)}}],
-            }});
-            if lease_live == Some(true) {
-                failure.push(drop_bar.clone());
-            }
-            delete.push(drop_bar);
+        if let Some(bar_value) = &bar {
+            delete.push(self.drop_bar(bar_value));
         }
         let txn = json!({
             "compare": [kv::created_at(key, revision)],
             "success": delete,
-            "failure": failure,
+            "failure": [kv::get(key)],
         });
         let (answer, resent) = self
             .client
@@ -637,7 +623,43 @@ impl Queue {
             .map_err(|fault| fault.into_error(&self.client, "releasing the lock"))?;
         let deleted = answer["succeeded"].as_bool() == Some(true);
         let gone = kv::entries(kv::response(&answer, 0)).is_empty();
+        if let (false, true, Some(lease), Some(bar_value)) = (deleted, gone, lease, &bar) {
+            self.drop_bar_of_deleted_key(lease, bar_value).await;
+        }
         Ok(deleted || (resent && was_live && gone))
+    }
+
+    /// A holder's key was gone when it released: if its lease is still
+    /// there, the key was deleted by hand, and its bar, kept alive with
+    /// the session, would bar the name as long as the session lives; it
+    /// goes. A lease gone (the session lost) leaves its bar standing for
+    /// the lock_delay, as does a lease etcd cannot be asked about.
+    async fn drop_bar_of_deleted_key(&self, lease: i64, bar_value: &str) {
+        // Asked after the key was found gone: a lease alive now was alive
+        // when the key went (leases never come back).
+        match self.lease_ttl(lease).await {
+            Ok(ttl) if ttl > 0 => {
+                let txn = json!({"success": [self.drop_bar(bar_value)]});
+                if let Err(e) = self.call("kv/txn", &txn, "lifting the bar").await {
+                    log::warn!("lifting the bar of {} failed: {e}", self.what);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => log::warn!(
+                "{} was deleted by hand or lost with its session; its bar stays: {e}",
+                self.what
+            ),
+        }
+    }
+
+    /// Deletes the name's bar if it still holds `bar_value`: one request of
+    /// a Txn.
+    fn drop_bar(&self, bar_value: &str) -> Value {
+        let bar = self.bar_key();
+        json!({"request_txn": {
+            "compare": [kv::valued(&bar, bar_value)],
+            "success": [{"request_delete_range": {"key": kv::encode(&bar)}}],
+        }})
     }
 
     /// Bars the name for other sessions while `key` (created at

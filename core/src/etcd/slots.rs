@@ -27,7 +27,8 @@ pub(crate) enum Adopted {
 }
 
 impl Queue {
-    /// Deletes the slot `key`, whoever holds it: true if it existed.
+    /// Deletes `key` (a slot, or a holder an operator removes), whoever
+    /// holds it: true if it existed.
     pub(crate) async fn remove(&self, key: &str) -> Result<bool> {
         let (answer, resent) = self
             .client
