@@ -7,30 +7,12 @@ mod etcd_support;
 
 use std::time::{Duration, Instant};
 
-use etcd_support::{eventually, EtcdServer};
-use lockyard::etcd::{exclusive, Election, Lock, Session, Term};
+use etcd_support::{began, ended, eventually, session_at, EtcdServer};
+use lockyard::etcd::{exclusive, Election, Lock, Session};
 use lockyard::Error;
 
 fn session(server: &EtcdServer, ttl: u64, lock_delay: u64) -> Session {
-    Session::builder(server.url())
-        .ttl(Duration::from_secs(ttl))
-        .lock_delay(Duration::from_secs(lock_delay))
-        .build()
-        .unwrap()
-}
-
-fn began(value: &str, fencing_token: u64) -> Term {
-    Term {
-        value: Some(value.to_owned()),
-        fencing_token,
-    }
-}
-
-fn ended(fencing_token: u64) -> Term {
-    Term {
-        value: None,
-        fencing_token,
-    }
+    session_at(&server.url(), ttl, lock_delay, 5)
 }
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(5));

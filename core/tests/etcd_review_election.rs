@@ -10,35 +10,12 @@ mod etcd_support;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use etcd_support::{eventually, EtcdServer};
-use lockyard::etcd::{exclusive, Election, Session, Term};
+use etcd_support::{began, ended, eventually, session_at, EtcdServer};
+use lockyard::etcd::{exclusive, Election};
 use lockyard::Error;
 
 const NEVER: &dyn Fn() -> bool = &|| false;
 const WAIT: Option<Duration> = Some(Duration::from_secs(5));
-
-fn session_at(url: &str, ttl: u64, lock_delay: u64) -> Session {
-    Session::builder(url)
-        .ttl(Duration::from_secs(ttl))
-        .lock_delay(Duration::from_secs(lock_delay))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap()
-}
-
-fn began(value: &str, fencing_token: u64) -> Term {
-    Term {
-        value: Some(value.to_owned()),
-        fencing_token,
-    }
-}
-
-fn ended(fencing_token: u64) -> Term {
-    Term {
-        value: None,
-        fencing_token,
-    }
-}
 
 /// How many watches the member has had opened on it, from its /metrics.
 fn watches_started(server: &EtcdServer) -> u64 {
@@ -107,7 +84,7 @@ fn an_observer_whose_member_freezes_still_sees_the_next_term() {
         members[2].endpoint()
     );
     let others = format!("etcd://{},{}", members[1].endpoint(), members[2].endpoint());
-    let watching = session_at(&all, 6, 0);
+    let watching = session_at(&all, 6, 0, 2);
     let observed = Election::new(&all, "frozen", &watching).unwrap();
     let mut observer = observed.observe();
     assert_eq!(
@@ -123,7 +100,7 @@ fn an_observer_whose_member_freezes_still_sees_the_next_term() {
         None
     );
     members[0].signal("STOP");
-    let campaigning = session_at(&others, 6, 0);
+    let campaigning = session_at(&others, 6, 0, 2);
     let b = Election::new(&others, "frozen", &campaigning).unwrap();
     assert!(b.campaign("node-b", Some(Duration::from_secs(20))).unwrap());
     let token = b.fencing_token().unwrap();
@@ -160,7 +137,7 @@ fn an_observer_whose_member_freezes_still_sees_the_next_term() {
 fn a_resign_after_the_keep_alive_saw_the_key_deleted_leaves_no_bar() {
     let server = EtcdServer::start();
     let url = server.url();
-    let live = session_at(&url, 3, 2);
+    let live = session_at(&url, 3, 2, 2);
     let a = Election::new(&url, "cut", &live).unwrap();
     assert!(a.campaign("node-a", WAIT).unwrap());
     let key = server
@@ -178,7 +155,7 @@ fn a_resign_after_the_keep_alive_saw_the_key_deleted_leaves_no_bar() {
     // session's renewals can keep a bar now.
     std::thread::sleep(Duration::from_secs(6));
     assert!(live.healthy());
-    let other = session_at(&url, 5, 0);
+    let other = session_at(&url, 5, 0, 2);
     let b = Election::new(&url, "cut", &other).unwrap();
     let led = b.campaign("node-b", Some(Duration::from_secs(3)));
     assert!(
@@ -214,7 +191,7 @@ fn a_leader_whose_bar_lease_ran_out_is_not_healthy() {
     let marker = Arc::new(Mutex::new("matches nothing".to_owned()));
     let proxy = etcd_support::Proxy::start_marking(server.client_port, marker.clone());
     let url = format!("etcd://127.0.0.1:{}", proxy.port);
-    let s = session_at(&url, 6, 2);
+    let s = session_at(&url, 6, 2, 2);
     let a = Election::new(&url, "unbarred", &s).unwrap();
     assert!(a.campaign("node-a", WAIT).unwrap());
     let bar = "lockyard/unbarred.bar".to_owned();
@@ -233,7 +210,7 @@ fn a_leader_whose_bar_lease_ran_out_is_not_healthy() {
     // The session is lost now (a partition, say): its key goes.
     let session_lease = server.lease_granted_with(6);
     assert!(server.ctl(&["lease", "revoke", &session_lease]).0);
-    let other = session_at(&server.url(), 5, 0);
+    let other = session_at(&server.url(), 5, 0, 2);
     let b = Election::new(&server.url(), "unbarred", &other).unwrap();
     let b_led = b.campaign("node-b", Some(Duration::ZERO)).unwrap();
     let both = still_leader && a.is_leader() && b.is_leader();
@@ -270,7 +247,7 @@ fn a_leader_whose_bar_lease_ran_out_is_not_healthy() {
 fn a_waiting_campaign_rides_out_a_graceful_etcd_restart() {
     let mut server = EtcdServer::start();
     let url = server.url();
-    let (sa, sb) = (session_at(&url, 20, 0), session_at(&url, 20, 0));
+    let (sa, sb) = (session_at(&url, 20, 0, 2), session_at(&url, 20, 0, 2));
     let a = Election::new(&url, "graceful", &sa).unwrap();
     let b = Election::new(&url, "graceful", &sb).unwrap();
     assert!(a.campaign("node-a", Some(Duration::ZERO)).unwrap());
@@ -340,7 +317,7 @@ fn an_observer_whose_watch_is_refused_fails_instead_of_spinning() {
     ctl(&["user", "add", "app", "--new-user-password=apppw"]);
     ctl(&["user", "grant-role", "app", "app"]);
     let url = format!("etcd://app:apppw@{}", server.endpoint());
-    let s = session_at(&url, 5, 5);
+    let s = session_at(&url, 5, 5, 2);
     let e = Election::new(&url, "jobs", &s).unwrap();
     assert!(e.campaign("node-a", WAIT).unwrap());
     assert_eq!(e.leader().unwrap().as_deref(), Some("node-a"));
@@ -376,7 +353,7 @@ fn an_observer_whose_watch_is_refused_fails_instead_of_spinning() {
 fn the_first_look_of_an_observer_keeps_its_deadline() {
     let mut server = EtcdServer::start();
     let url = server.url();
-    let s = session_at(&url, 10, 0);
+    let s = session_at(&url, 10, 0, 2);
     let e = Election::new(&url, "down", &s).unwrap();
     let mut observer = e.observe();
     server.stop();
@@ -410,7 +387,7 @@ fn the_first_look_of_an_observer_keeps_its_deadline() {
 fn a_claim_handed_to_another_thread_keeps_its_token_and_health() {
     let server = EtcdServer::start();
     let url = server.url();
-    let s = session_at(&url, 5, 0);
+    let s = session_at(&url, 5, 0, 2);
     let claim = exclusive(&url, ["task-1"], &s).next().unwrap().unwrap();
     let token = claim.fencing_token();
     assert!(token > 0 && claim.check_health().is_ok());
@@ -447,7 +424,7 @@ fn an_observer_carried_into_a_forked_child_sees_the_next_change() {
     use std::os::fd::{FromRawFd, OwnedFd};
     let server = EtcdServer::start();
     let url = server.url();
-    let s = session_at(&url, 10, 0);
+    let s = session_at(&url, 10, 0, 2);
     let e = Election::new(&url, "forked-observer", &s).unwrap();
     assert!(e.campaign("node-a", WAIT).unwrap());
     let token = e.fencing_token().unwrap();
@@ -507,7 +484,7 @@ fn a_forked_child_cannot_end_or_share_its_parents_term() {
     use std::os::fd::{FromRawFd, OwnedFd};
     let server = EtcdServer::start();
     let url = server.url();
-    let s = session_at(&url, 3, 5);
+    let s = session_at(&url, 3, 5, 2);
     let e = Election::new(&url, "forked", &s).unwrap();
     assert!(e.campaign("parent", WAIT).unwrap());
     let token = e.fencing_token().unwrap();
@@ -555,7 +532,7 @@ fn a_forked_child_cannot_end_or_share_its_parents_term() {
 fn an_observer_rides_out_a_restart_and_closes_its_watch_when_dropped() {
     let mut server = EtcdServer::start();
     let url = server.url();
-    let s = session_at(&url, 10, 0);
+    let s = session_at(&url, 10, 0, 2);
     let e = Election::new(&url, "restart", &s).unwrap();
     assert!(e.campaign("node-a", WAIT).unwrap());
     let token = e.fencing_token().unwrap();
@@ -601,7 +578,7 @@ fn a_resign_whose_reply_was_lost_answers_true_and_leaves_no_bar() {
     let server = EtcdServer::start();
     let proxy = etcd_support::Proxy::start(server.client_port, "request_delete_range");
     let url = format!("etcd://127.0.0.1:{}", proxy.port);
-    let s = session_at(&url, 5, 20);
+    let s = session_at(&url, 5, 20, 2);
     let e = Election::new(&url, "lost-reply", &s).unwrap();
     assert!(e.campaign("node-a", Some(Duration::ZERO)).unwrap());
     assert_eq!(server.keys().len(), 2, "key and bar: {:?}", server.keys());
@@ -613,7 +590,7 @@ fn a_resign_whose_reply_was_lost_answers_true_and_leaves_no_bar() {
     );
     assert!(matches!(resigned, Ok(true)), "{resigned:?}");
     assert!(server.keys().is_empty(), "{:?}", server.keys());
-    let other = session_at(&server.url(), 5, 0);
+    let other = session_at(&server.url(), 5, 0, 2);
     let b = Election::new(&server.url(), "lost-reply", &other).unwrap();
     assert!(b.campaign("node-b", Some(Duration::ZERO)).unwrap());
     proxy.down.store(true, Ordering::SeqCst);
@@ -627,7 +604,7 @@ fn a_resign_whose_reply_was_lost_answers_true_and_leaves_no_bar() {
 fn two_threads_campaigning_on_one_election_lead_in_turn_and_leave_nothing() {
     let server = EtcdServer::start();
     let url = server.url();
-    let s = session_at(&url, 5, 10);
+    let s = session_at(&url, 5, 10, 2);
     let e = Election::new(&url, "threads", &s).unwrap();
     let first_token = std::thread::scope(|scope| {
         let one = scope.spawn(|| e.campaign("node-a", Some(Duration::from_secs(10))));
@@ -651,7 +628,7 @@ fn two_threads_campaigning_on_one_election_lead_in_turn_and_leave_nothing() {
     ));
     assert!(e.resign().unwrap());
     assert!(server.keys().is_empty(), "{:?}", server.keys());
-    let other = session_at(&url, 5, 0);
+    let other = session_at(&url, 5, 0, 2);
     let b = Election::new(&url, "threads", &other).unwrap();
     assert!(b.campaign("node-b", Some(Duration::ZERO)).unwrap());
 }

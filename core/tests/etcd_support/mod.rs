@@ -3,9 +3,12 @@
 
 #![allow(dead_code)]
 
+mod elections;
 mod proxy;
+#[allow(unused_imports)] // only the election tests use them
+pub use elections::{began, ended, session_at};
 #[allow(unused_imports)] // only the review tests use them
-pub use proxy::{LateMember, Proxy};
+pub use proxy::{Act, LateMember, Proxy, RuleProxy};
 
 use std::net::TcpListener;
 use std::path::PathBuf;

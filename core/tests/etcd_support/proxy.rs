@@ -2,9 +2,9 @@
 //! in flight and a member gone away.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Forwards one HTTP request per connection to `upstream` ; `lose_next` loses the reply to the next
@@ -123,6 +123,132 @@ impl LateMember {
         });
         LateMember { port }
     }
+}
+
+/// What [`RuleProxy`] does with a request whose text contains a rule's marker.
+#[derive(Clone, Copy, Debug)]
+pub enum Act {
+    /// Closes the connection without forwarding it (a reply never comes;
+    /// the request never reached etcd).
+    Refuse,
+    /// Forwards it, then closes the connection without the reply.
+    LoseReply,
+    /// Forwards it at once; hands the reply back this much later.
+    HoldReply(Duration),
+    /// Holds it this long before forwarding it; the reply follows as usual.
+    HoldRequest(Duration),
+}
+
+struct Rule {
+    marker: String,
+    act: Act,
+    /// How many more requests it applies to (None: every one).
+    times: Option<usize>,
+}
+
+/// A proxy in front of one etcd member that applies the first rule whose
+/// marker a request contains (head or body), one HTTP request per
+/// connection. Rules can be added as the test goes.
+pub struct RuleProxy {
+    pub port: u16,
+    rules: Arc<Mutex<Vec<Rule>>>,
+    down: Arc<AtomicBool>,
+}
+
+impl RuleProxy {
+    pub fn start(upstream: u16) -> RuleProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let rules: Arc<Mutex<Vec<Rule>>> = Arc::new(Mutex::new(Vec::new()));
+        let down = Arc::new(AtomicBool::new(false));
+        let (rules2, down2) = (rules.clone(), down.clone());
+        std::thread::spawn(move || loop {
+            if down2.load(Ordering::SeqCst) {
+                return;
+            }
+            let client = match listener.accept() {
+                Ok((client, _)) => client,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+            };
+            client.set_nonblocking(false).unwrap();
+            let rules = rules2.clone();
+            std::thread::spawn(move || apply_rules(client, upstream, &rules));
+        });
+        RuleProxy { port, rules, down }
+    }
+
+    pub fn url(&self) -> String {
+        format!("etcd://127.0.0.1:{}", self.port)
+    }
+
+    pub fn rule(&self, marker: &str, act: Act, times: Option<usize>) {
+        self.rules.lock().unwrap().push(Rule {
+            marker: marker.to_owned(),
+            act,
+            times,
+        });
+    }
+
+    /// How many uses the rule with `marker` has left (None: unlimited or gone).
+    pub fn left(&self, marker: &str) -> Option<usize> {
+        self.rules
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|r| r.marker == marker)
+            .and_then(|r| r.times)
+    }
+}
+
+impl Drop for RuleProxy {
+    fn drop(&mut self) {
+        self.down.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Forwards one request, doing what the first rule it matches says.
+fn apply_rules(mut client: TcpStream, upstream: u16, rules: &Mutex<Vec<Rule>>) {
+    let Some(request) = read_request(&mut client) else {
+        return;
+    };
+    let act = {
+        let mut rules = rules.lock().unwrap();
+        rules
+            .iter_mut()
+            .filter(|r| r.times != Some(0))
+            .find(|r| contains(&request, &r.marker))
+            .map(|r| {
+                if let Some(n) = &mut r.times {
+                    *n -= 1;
+                }
+                r.act
+            })
+    };
+    match act {
+        Some(Act::Refuse) => {
+            let _ = client.shutdown(Shutdown::Both);
+            return;
+        }
+        Some(Act::HoldRequest(hold)) => std::thread::sleep(hold),
+        _ => {}
+    }
+    let Some(response) = send(upstream, &request) else {
+        return;
+    };
+    match act {
+        Some(Act::LoseReply) => {
+            let _ = client.shutdown(Shutdown::Both);
+            return;
+        }
+        Some(Act::HoldReply(hold)) => std::thread::sleep(hold),
+        _ => {}
+    }
+    let _ = client.write_all(&response);
+    let _ = client.shutdown(Shutdown::Both);
 }
 
 fn contains(request: &[u8], marker: &str) -> bool {
