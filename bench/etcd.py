@@ -12,7 +12,8 @@
   waiter's two seconds of waiting (etcd's own /metrics);
 - handoff: from a release to the next holder's acquire returning (a waiter
   in another thread, its own Lock object), p50 against the p50 of one etcd
-  Put in the same run.
+  Put in the same run, and against the handoff's own floor: from a raw
+  delete sent to a raw watch of that key (another connection) seeing it.
 
 Prints medians over a few rounds, as ratios to the floors.
 """
@@ -24,6 +25,7 @@ import base64
 import http.client
 import json
 import shlex
+import socket
 import statistics
 import subprocess
 import sys
@@ -107,6 +109,40 @@ def handoff_p50_us(url: str) -> float:
         got.wait(10)
         thread.join()
         samples.append((at[0] - released) / 1e3)
+    return statistics.median(samples)
+
+
+def watched_delete_p50_us(raw: Raw, port: int) -> float:
+    """From a delete sent to a watch of its key, on another connection of
+    etcd's gateway, seeing it: what any handoff over watches waits."""
+    samples = []
+    for i in range(HANDOFFS):
+        key = b64(f"bench/watched/{i}")
+        raw.call("kv/put", {"key": key, "value": b64("x")})
+        body = json.dumps({"create_request": {"key": key, "filters": ["NOPUT"]}})
+        watch = socket.create_connection(("127.0.0.1", port))
+        watch.sendall(
+            f"POST /v3/watch HTTP/1.1\r\nHost: etcd\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode()
+        )
+        seen = b""
+        while b"created" not in seen:
+            seen += watch.recv(65536)
+        arrived: list[float] = []
+
+        def read(watch: socket.socket = watch, arrived: list[float] = arrived) -> None:
+            data = b""
+            while b"DELETE" not in data:
+                data += watch.recv(65536)
+            arrived.append(time.perf_counter())
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(0.005)
+        sent = time.perf_counter()
+        raw.call("kv/deleterange", {"key": key})
+        reader.join(10)
+        watch.close()
+        samples.append((arrived[0] - sent) * 1e6)
     return statistics.median(samples)
 
 
@@ -197,6 +233,7 @@ def main() -> None:
 
             handoffs = [handoff_p50_us(etcd.url) for _ in range(2)]
             puts = [put_p50_us(raw) for _ in range(2)]
+            watched = [watched_delete_p50_us(raw, etcd.port) for _ in range(2)]
         finally:
             etcd.stop()
 
@@ -221,6 +258,9 @@ def main() -> None:
     ratio = handoff / put
     print(f"  handoff p50 {handoff:.0f} us, one Put p50 {put:.0f} us: {ratio:.2f}x"
           f"   target <= {HANDOFF_TARGET:.1f}x: {'met' if ratio <= HANDOFF_TARGET else 'MISSED'}")  # fmt: skip
+    floor_handoff = statistics.median(watched)
+    print(f"  handoff floor (raw delete seen by a raw watch) p50 {floor_handoff:.0f} us"
+          f" = {floor_handoff / put:.2f}x one Put; lockyard's handoff {handoff / floor_handoff:.2f}x it")  # fmt: skip
 
 
 if __name__ == "__main__":
