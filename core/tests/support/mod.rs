@@ -134,7 +134,10 @@ impl RedisServer {
 
     /// A plain connection for looking at what the library left in Redis.
     pub fn raw(&self) -> redis::RedisResult<redis::Connection> {
-        redis::Client::open(self.url())?.get_connection()
+        let connection = redis::Client::open(self.url())?
+            .get_connection_with_timeout(Duration::from_secs(10))?;
+        connection.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(connection)
     }
 
     pub fn keys(&self) -> Vec<String> {
@@ -420,7 +423,7 @@ impl ClusterNode {
             let started = Instant::now();
             loop {
                 let answering = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-                    .and_then(|c| c.get_connection())
+                    .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
                     .is_ok();
                 if answering {
                     return node;
@@ -685,10 +688,16 @@ impl RedisCluster {
     }
 
     pub fn connection(&self, port: u16) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        let connection = redis::Client::open(format!("redis://127.0.0.1:{port}"))
             .unwrap()
-            .get_connection()
-            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(10))
+            .unwrap();
+        // A test's own command that hangs fails here, naming where, rather
+        // than running into the step's time limit with no word.
+        connection
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        connection
     }
 
     /// The port of the node serving `key`.
