@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 
 from etcd_server import Etcd
@@ -25,8 +26,8 @@ SHARED_OBSERVER = """
     print(next(observer), flush=True)
     threading.Thread(target=lambda: next(observer, None), daemon=True).start()
     time.sleep(0.5)
-    print("waiting", flush=True)
     try:
+        print("waiting", flush=True)
         next(observer)
         print("changed", flush=True)
     except KeyboardInterrupt:
@@ -59,6 +60,9 @@ def test_ctrl_c_ends_next_on_an_observer_another_thread_is_reading(
     assert child.stdout is not None
     assert child.stdout.readline() == "Term(value=None, fencing_token=0)\n"
     assert child.stdout.readline() == "waiting\n"
+    # Into next() by now, behind the other thread's (a signal before it
+    # would still land inside the try, and prove nothing).
+    time.sleep(0.5)
     child.send_signal(signal.SIGINT)
     try:
         out, err = child.communicate(timeout=10)
