@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 use super::target::Target;
 use crate::error::Error;
 
-/// gRPC's codes, as the gateway reports them.
-/// gRPC's code for a call cut short, e.g. by a member shutting down.
+/// gRPC's codes, as the gateway reports them (CANCELLED: a call cut
+/// short, e.g. by a member shutting down).
 const CANCELLED: i64 = 1;
 const NOT_FOUND: i64 = 5;
 const OUT_OF_RANGE: i64 = 11;
