@@ -7,13 +7,12 @@
 
 mod etcd_support;
 
-use std::io::Read;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use etcd_support::{eventually, EtcdServer, Proxy};
+use etcd_support::{answer_parent, child_answer, eventually, pipe, EtcdServer, Proxy};
 use lockyard::etcd::{Lock, WaitGroup};
 
 fn group_at(url: &str, name: &str, limit: u32, ttl: u64) -> WaitGroup {
@@ -494,13 +493,11 @@ fn an_add_given_up_with_its_put_in_flight_leaves_no_slot_after_the_group_is_drop
 // parent's group works on, its block's slot kept alive past the ttl.
 #[test]
 fn a_forked_child_leaves_its_parents_block_alone_and_can_adopt_its_slots() {
-    use std::os::fd::{FromRawFd, OwnedFd};
     let server = EtcdServer::start();
     let quota = group_at(&server.url(), "forked", 3, 2);
     let block = quota.enter(None, &|| false).unwrap();
     let added = quota.add(None, &|| false).unwrap();
-    let mut fds = [0; 2];
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let fds = pipe();
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let seen = format!(
@@ -513,26 +510,9 @@ fn a_forked_child_leaves_its_parents_block_alone_and_can_adopt_its_slots() {
                 "dropped"
             },
         );
-        unsafe {
-            libc::write(fds[1], seen.as_ptr().cast(), seen.len());
-            libc::_exit(0);
-        }
+        answer_parent(fds, &seen);
     }
-    unsafe { libc::close(fds[1]) };
-    let started = Instant::now();
-    let mut status = 0;
-    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
-        if started.elapsed() > Duration::from_secs(15) {
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            panic!("the child hung");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut seen = String::new();
-    std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) })
-        .read_to_string(&mut seen)
-        .unwrap();
+    let seen = child_answer(pid, fds, Duration::from_secs(15));
     assert_eq!(
         seen.trim(),
         "Ok(true) Ok(true) Ok(true) \"dropped\"",

@@ -10,7 +10,9 @@ mod etcd_support;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use etcd_support::{began, ended, eventually, session_at, EtcdServer};
+use etcd_support::{
+    answer_parent, began, child_answer, ended, eventually, pipe, session_at, EtcdServer,
+};
 use lockyard::etcd::{exclusive, Election};
 use lockyard::Error;
 
@@ -421,7 +423,6 @@ fn a_claim_handed_to_another_thread_keeps_its_token_and_health() {
 // (30 s) replaces it: the child misses the parent's resign for 30 s.
 #[test]
 fn an_observer_carried_into_a_forked_child_sees_the_next_change() {
-    use std::os::fd::{FromRawFd, OwnedFd};
     let server = EtcdServer::start();
     let url = server.url();
     let s = session_at(&url, 10, 0, 2);
@@ -440,34 +441,16 @@ fn an_observer_carried_into_a_forked_child_sees_the_next_change() {
             .unwrap(),
         None
     );
-    let mut fds = [0; 2];
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let fds = pipe();
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let got = observer.next_change(Some(Duration::from_secs(8)), NEVER);
         let seen = format!("{:?}\n", got.map_err(|e| e.to_string()));
-        unsafe {
-            libc::write(fds[1], seen.as_ptr().cast(), seen.len());
-            libc::_exit(0);
-        }
+        answer_parent(fds, &seen);
     }
-    unsafe { libc::close(fds[1]) };
     std::thread::sleep(Duration::from_millis(1000));
     assert!(e.resign().unwrap());
-    let started = Instant::now();
-    let mut status = 0;
-    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
-        if started.elapsed() > Duration::from_secs(20) {
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            panic!("the child hung");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut seen = String::new();
-    std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) })
-        .read_to_string(&mut seen)
-        .unwrap();
+    let seen = child_answer(pid, fds, Duration::from_secs(20));
     assert_eq!(
         seen.trim(),
         format!("{:?}", Ok::<_, String>(Some(ended(token)))),
@@ -481,15 +464,13 @@ fn an_observer_carried_into_a_forked_child_sees_the_next_change() {
 // leaves the parent leading and healthy with the same token.
 #[test]
 fn a_forked_child_cannot_end_or_share_its_parents_term() {
-    use std::os::fd::{FromRawFd, OwnedFd};
     let server = EtcdServer::start();
     let url = server.url();
     let s = session_at(&url, 3, 5, 2);
     let e = Election::new(&url, "forked", &s).unwrap();
     assert!(e.campaign("parent", WAIT).unwrap());
     let token = e.fencing_token().unwrap();
-    let mut fds = [0; 2];
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let fds = pipe();
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let seen = format!(
@@ -503,18 +484,9 @@ fn a_forked_child_cannot_end_or_share_its_parents_term() {
                 "dropped"
             },
         );
-        unsafe {
-            libc::write(fds[1], seen.as_ptr().cast(), seen.len());
-            libc::_exit(0);
-        }
+        answer_parent(fds, &seen);
     }
-    unsafe { libc::close(fds[1]) };
-    let mut status = 0;
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    let mut seen = String::new();
-    std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) })
-        .read_to_string(&mut seen)
-        .unwrap();
+    let seen = child_answer(pid, fds, Duration::from_secs(20));
     assert_eq!(seen.trim(), "false true true dropped", "child");
     // Past the session's ttl: the parent's keep-alive goes on.
     std::thread::sleep(Duration::from_secs(4));
