@@ -440,11 +440,11 @@ impl Observer {
                 format!("etcd cancelled the watch of {}: {reason}", self.line.what()),
             ));
         }
-        let events = result["events"].as_array().cloned().unwrap_or_default();
+        let events = result["events"].as_array().map_or(&[][..], Vec::as_slice);
         // Revisions up to here are in a read made since the watch opened.
         let applied = self.seen.as_ref().map_or(0, |seen| seen.revision);
         let mut current = applied;
-        for event in &events {
+        for event in events {
             let revision = kv::number(&event["kv"]["mod_revision"]);
             if revision <= applied {
                 continue;
