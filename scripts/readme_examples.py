@@ -34,7 +34,9 @@ def rust_command(code: str, workdir: Path) -> list[str]:
     (project / "src").mkdir(parents=True, exist_ok=True)
     (project / "Cargo.toml").write_text(
         '[package]\nname = "readme-example"\nversion = "0.0.0"\nedition = "2021"\n\n'
-        f'[dependencies]\nlockyard = {{ path = "{ROOT / "core"}" }}\n\n[workspace]\n'
+        f'[dependencies]\nlockyard = {{ path = "{ROOT / "core"}" }}\n'
+        # For the async examples, as a tokio user's crate would have.
+        'tokio = { version = "1", features = ["rt", "macros"] }\n\n[workspace]\n'
     )
     shutil.copy(ROOT / "Cargo.lock", project / "Cargo.lock")
     (project / "src" / "main.rs").write_text(code)

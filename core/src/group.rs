@@ -2,8 +2,6 @@
 //! `lockyard::etcd::WaitGroup`): the [`SlotGroup`] calls a binding wraps
 //! once for all of them, and the [`Slot`] guard their `acquire` returns.
 
-use std::marker::PhantomData;
-
 use crate::error::Result;
 use crate::wait::{Deadline, Interrupt};
 
@@ -23,6 +21,8 @@ pub trait SlotGroup: crate::guard::sealed::Sealed + Send + Sync {
     #[doc(hidden)]
     fn leave(&self, token: &str) -> Result<bool>;
     #[doc(hidden)]
+    fn leave_in_background(&self, token: &str);
+    #[doc(hidden)]
     fn wait_interruptibly(&self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<()>;
     #[doc(hidden)]
     fn count(&self) -> Result<u32>;
@@ -41,7 +41,10 @@ pub trait SlotGroup: crate::guard::sealed::Sealed + Send + Sync {
 pub struct Slot<'a, G: SlotGroup> {
     group: &'a G,
     token: String,
-    _not_send: PhantomData<*const ()>,
+    /// Taken by an async task: dropped, it frees the slot in the
+    /// background rather than block the task's executor.
+    in_task: bool,
+    released: bool,
 }
 
 impl<'a, G: SlotGroup> Slot<'a, G> {
@@ -49,8 +52,28 @@ impl<'a, G: SlotGroup> Slot<'a, G> {
         Slot {
             group,
             token,
-            _not_send: PhantomData,
+            in_task: false,
+            released: false,
         }
+    }
+
+    /// The slot of an async task.
+    #[cfg(feature = "redis")]
+    pub(crate) fn for_task(group: &'a G, token: String) -> Self {
+        Slot {
+            group,
+            token,
+            in_task: true,
+            released: false,
+        }
+    }
+
+    /// Marks the slot freed and returns its group and token, for a release
+    /// done elsewhere (an async one).
+    #[cfg(feature = "redis")]
+    pub(crate) fn disarm(mut self) -> (&'a G, String) {
+        self.released = true;
+        (self.group, std::mem::take(&mut self.token))
     }
 
     /// The slot's token (what the group's `done` takes).
@@ -78,7 +101,12 @@ impl<'a, G: SlotGroup> Slot<'a, G> {
 
 impl<G: SlotGroup> Drop for Slot<'_, G> {
     fn drop(&mut self) {
-        if let Err(e) = self.group.leave(&self.token) {
+        if self.released {
+            return;
+        }
+        if self.in_task {
+            self.group.leave_in_background(&self.token);
+        } else if let Err(e) = self.group.leave(&self.token) {
             log::warn!("freeing a slot failed: {e}");
         }
     }
@@ -111,6 +139,9 @@ macro_rules! slot_group {
             }
             fn leave(&self, token: &str) -> $crate::Result<bool> {
                 <$group>::leave(self, token)
+            }
+            fn leave_in_background(&self, token: &str) {
+                <$group>::leave_in_background(self, token)
             }
             fn wait_interruptibly(
                 &self,

@@ -1,9 +1,9 @@
-//! The guard every per-thread lock hands out: proof that the calling
-//! thread holds it, released on drop.
-
-use std::marker::PhantomData;
+//! The guard every per-thread lock hands out: proof that its holder (the
+//! thread, or the async task, that acquired it) holds the lock, released
+//! on drop.
 
 use crate::error::Result;
+use crate::identity::{as_holder_number, holder_number};
 
 /// A lock held per thread, as `lockyard::redis::Lock`,
 /// `lockyard::gcs::Lock` and `lockyard::etcd::Lock` are. Sealed: only
@@ -30,6 +30,8 @@ pub trait ThreadLock: sealed::Sealed {
     #[doc(hidden)]
     fn leave(&self) -> Result<bool>;
     #[doc(hidden)]
+    fn leave_in_background(&self);
+    #[doc(hidden)]
     fn healthy(&self) -> bool;
     #[doc(hidden)]
     fn check_health(&self) -> Result<()>;
@@ -41,35 +43,56 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
-/// Proof that the calling thread holds a lock `L`; releases it on drop.
-/// Not `Send`: the hold belongs to the thread that acquired it.
+/// Proof that a holder holds a lock `L`; releases it on drop. The holder
+/// is the thread that acquired it, or the task for the `_async` acquires;
+/// the guard speaks for that holder wherever it is used or dropped.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct Guard<'a, L: ThreadLock> {
     lock: &'a L,
+    holder: u64,
+    /// Taken by an async task: dropped, it gives the lock back in the
+    /// background rather than block the task's executor.
+    in_task: bool,
     released: bool,
-    _not_send: PhantomData<*const ()>,
 }
 
 impl<'a, L: ThreadLock> Guard<'a, L> {
+    /// The guard of the calling thread's hold.
     #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
     pub(crate) fn new(lock: &'a L) -> Self {
         Guard {
             lock,
+            holder: holder_number(),
+            in_task: false,
             released: false,
-            _not_send: PhantomData,
         }
+    }
+
+    /// The guard of an async task's hold, `holder` being its number.
+    #[cfg(feature = "redis")]
+    pub(crate) fn for_task(lock: &'a L, holder: u64) -> Self {
+        Guard {
+            lock,
+            holder,
+            in_task: true,
+            released: false,
+        }
+    }
+
+    /// Runs `f` as this guard's holder.
+    fn as_holder<R>(&self, f: impl FnOnce(&L) -> R) -> R {
+        as_holder_number(self.holder, || f(self.lock))
     }
 
     /// The fencing token of this grant: larger than every earlier grant's.
     pub fn fencing_token(&self) -> u64 {
-        self.lock
-            .fencing_token()
-            .expect("a guard's thread holds the lock")
+        self.as_holder(L::fencing_token)
+            .expect("a guard's holder holds the lock")
     }
 
     /// Whether the lease is surely still live (reads a flag and the clock).
     pub fn healthy(&self) -> bool {
-        self.lock.healthy()
+        self.as_holder(L::healthy)
     }
 
     /// Ok while healthy.
@@ -77,24 +100,35 @@ impl<'a, L: ThreadLock> Guard<'a, L> {
     /// # Errors
     /// [`crate::Error::LockUnhealthy`] once the lock may be lost.
     pub fn check_health(&self) -> Result<()> {
-        self.lock.check_health()
+        self.as_holder(L::check_health)
     }
 
     /// Releases now and reports whether the server still had the lock.
     pub fn release(mut self) -> Result<bool> {
         self.released = true;
-        self.lock.release()
+        self.as_holder(L::release)
+    }
+
+    /// Marks the guard released and returns its holder, for a release done
+    /// elsewhere (an async one).
+    #[cfg(feature = "redis")]
+    pub(crate) fn disarm(mut self) -> (&'a L, u64) {
+        self.released = true;
+        (self.lock, self.holder)
     }
 }
 
 impl<L: ThreadLock> Drop for Guard<'_, L> {
     fn drop(&mut self) {
-        // A guard dropped in a process forked while it was held must leave
-        // the parent's hold alone.
-        if !self.released {
-            if let Err(e) = self.lock.leave() {
-                log::warn!("releasing a lock guard failed: {e}");
-            }
+        if self.released {
+            return;
+        }
+        // A guard dropped in a process forked while it was held leaves the
+        // parent's hold alone (both kinds of leave see to it).
+        if self.in_task {
+            self.as_holder(L::leave_in_background);
+        } else if let Err(e) = self.as_holder(L::leave) {
+            log::warn!("releasing a lock guard failed: {e}");
         }
     }
 }
@@ -129,6 +163,9 @@ macro_rules! thread_lock {
             }
             fn leave(&self) -> $crate::Result<bool> {
                 <$lock>::leave(self)
+            }
+            fn leave_in_background(&self) {
+                <$lock>::leave_in_background(self)
             }
             fn healthy(&self) -> bool {
                 <$lock>::healthy(self)

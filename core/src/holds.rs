@@ -204,7 +204,7 @@ impl<V: Held + Send + 'static> Holders for Table<V> {
     }
 }
 
-impl<V: Held> PerHolder<V> {
+impl<V: Held + Send + 'static> PerHolder<V> {
     /// This process's holds, for what only one lock does (the GCS lock's
     /// own queries, a quorum test's simulated crash).
     #[cfg(any(feature = "gcs", all(test, feature = "quorum")))]
@@ -227,6 +227,52 @@ impl<V: Held> PerHolder<V> {
         let hold = take()?.ok_or_else(|| deadline.ran_out(&self.table.what))?;
         self.table.holds.get().insert(holder, hold);
         Ok(())
+    }
+
+    /// [`PerHolder::acquire`] for an async holder: `take` is awaited. A
+    /// hold that comes back when `holder` already has one (two acquires
+    /// of one task run side by side) is given back.
+    #[cfg(feature = "redis")]
+    pub(crate) async fn acquire_async(
+        &self,
+        holder: u64,
+        deadline: Deadline,
+        take: impl std::future::Future<Output = Result<Option<V>>>,
+    ) -> Result<()> {
+        if self.table.holds.get().contains_key(&holder) {
+            return Err(Error::AlreadyLocked(self.table.what.clone()));
+        }
+        let hold = take
+            .await?
+            .ok_or_else(|| deadline.ran_out(&self.table.what))?;
+        let mut holds = self.table.holds.get();
+        if holds.contains_key(&holder) {
+            drop(holds);
+            self.table.give_back_in_background(vec![hold]);
+            return Err(Error::AlreadyLocked(self.table.what.clone()));
+        }
+        holds.insert(holder, hold);
+        Ok(())
+    }
+
+    /// Takes `holder`'s hold out for an async release.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if `holder` has none.
+    #[cfg(feature = "redis")]
+    pub(crate) fn take_out(&self, holder: u64) -> Result<V> {
+        self.table
+            .holds
+            .get()
+            .remove(&holder)
+            .ok_or_else(|| self.not_held())
+    }
+
+    /// Reports a release like [`PerHolder::release`] does (a lost hold is
+    /// logged).
+    #[cfg(feature = "redis")]
+    pub(crate) fn released(&self, released: Result<bool>) -> Result<bool> {
+        self.table.warn_if_lost(released)
     }
 
     /// Takes `holder`'s hold out and gives it back with `give_back`.
@@ -252,6 +298,14 @@ impl<V: Held> PerHolder<V> {
             Leaving::Held(hold) => self.table.warn_if_lost(give_back(hold)),
             Leaving::Inherited => Ok(true),
             Leaving::NotHeld => Err(self.not_held()),
+        }
+    }
+
+    /// [`PerHolder::leave`] that returns at once: the hold is given back on
+    /// the runtime's blocking threads (an async task's guard dropped).
+    pub(crate) fn leave_in_background(&self, holder: u64) {
+        if let Leaving::Held(hold) = self.table.holds.leave(&holder) {
+            self.table.give_back_in_background(vec![hold]);
         }
     }
 

@@ -69,6 +69,19 @@ pub(crate) fn holder_number() -> u64 {
     HOLDER.with(Cell::get).unwrap_or_else(thread_number)
 }
 
+/// The holder number of the calling async task: its tokio task id, apart
+/// from every thread number and binding key. Outside a task (the root
+/// future of `Runtime::block_on`, which never leaves its thread) the
+/// calling thread holds.
+#[cfg(feature = "redis")]
+pub(crate) fn task_holder_number() -> u64 {
+    let task = tokio::task::try_id().and_then(|id| id.to_string().parse::<u64>().ok());
+    match task {
+        Some(id) => id | 1 << 62,
+        None => holder_number(),
+    }
+}
+
 /// A process-unique number for the calling thread (stable for its life).
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub(crate) fn thread_number() -> u64 {
@@ -141,6 +154,25 @@ mod tests {
         assert_ne!(keyed, thread);
         assert_eq!(as_holder(7, || holder_identity("p")), keyed);
         assert_eq!(holder_identity("p"), thread, "restored after the scope");
+    }
+
+    #[test]
+    fn tasks_hold_apart_from_threads_and_from_each_other() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let thread = holder_number();
+        let root = runtime.block_on(async { task_holder_number() });
+        assert_eq!(root, thread, "a block_on root future holds as its thread");
+        let (first, again, second) = runtime.block_on(async {
+            let first = tokio::spawn(async { (task_holder_number(), task_holder_number()) });
+            let second = tokio::spawn(async { task_holder_number() });
+            let (first, again) = first.await.unwrap();
+            (first, again, second.await.unwrap())
+        });
+        assert_eq!(first, again, "stable within a task");
+        assert_ne!(first, second);
+        assert!(first != thread && first & 1 << 62 != 0 && first & 1 << 63 == 0);
     }
 
     #[test]

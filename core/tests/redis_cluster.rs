@@ -346,3 +346,30 @@ fn failover_tolerant_lock(url: &str, name: &str) -> Lock {
         .build()
         .unwrap()
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn async_waits_follow_redirects_to_every_node() {
+    let cluster = RedisCluster::start();
+    for name in names_on_every_node(&cluster) {
+        let holder = Arc::new(Lock::builder(cluster.url(0), &name).build().unwrap());
+        let other = Arc::new(Lock::builder(cluster.url(1), &name).build().unwrap());
+        let guard = holder.acquire_async(None).await.unwrap();
+        let rival = other.clone();
+        let tried = tokio::spawn(async move { rival.try_acquire_async().await.unwrap().is_none() });
+        assert!(tried.await.unwrap(), "{name}: two holders");
+        let waiter = other.clone();
+        let waiting = tokio::spawn(async move {
+            let guard = waiter
+                .acquire_async(Some(Duration::from_secs(5)))
+                .await
+                .unwrap();
+            let token = guard.fencing_token();
+            assert!(guard.release_async().await.unwrap());
+            token
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let first = guard.fencing_token();
+        assert!(guard.release_async().await.unwrap());
+        assert!(waiting.await.unwrap() > first, "{name}: handed over");
+    }
+}

@@ -386,19 +386,32 @@ impl WaitGroup {
     /// left to run out.
     pub fn release_blocks_in_background(&self) {
         for held in self.blocks() {
-            let queue = self.queue.clone();
-            // Awaited at exit: a finalizer at exit hands its blocks here.
-            runtime::spawn_awaited(async move {
-                let grant = &held.grant;
-                let was_live = grant.held.health.is_healthy();
-                let left = queue
-                    .leave(&grant.held.key, grant.held.revision, was_live)
-                    .await;
-                if left.is_err() || grant.held.resent {
-                    grant.lease.stray(grant.held.key.clone());
-                }
-            });
+            self.free_in_background(held);
         }
+    }
+
+    /// [`WaitGroup::leave`] that returns at once: the slot is freed in the
+    /// background (the slot guard of an async task dropped, which must not
+    /// block its executor).
+    pub fn leave_in_background(&self, token: &str) {
+        if let Leaving::Held(held) = self.slots.leave(token) {
+            self.free_in_background(held);
+        }
+    }
+
+    fn free_in_background(&self, held: Held) {
+        let queue = self.queue.clone();
+        // Awaited at exit: a finalizer at exit hands its blocks here.
+        runtime::spawn_awaited(async move {
+            let grant = &held.grant;
+            let was_live = grant.held.health.is_healthy();
+            let left = queue
+                .leave(&grant.held.key, grant.held.revision, was_live)
+                .await;
+            if left.is_err() || grant.held.resent {
+                grant.lease.stray(grant.held.key.clone());
+            }
+        });
     }
 
     /// Takes out the slots of open blocks.

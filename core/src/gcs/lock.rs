@@ -197,6 +197,13 @@ impl Lock {
         self.holds.release_all_in_background();
     }
 
+    /// [`Lock::leave`] that returns at once: the hold is given back in the
+    /// background (a guard of an async task dropped, which must not block
+    /// its executor).
+    pub fn leave_in_background(&self) {
+        self.holds.leave_in_background(self.key());
+    }
+
     /// Whether the calling thread holds the lock and its lease is surely
     /// still live. Reads a flag and the clock; no request.
     pub fn healthy(&self) -> bool {

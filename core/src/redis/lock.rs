@@ -13,7 +13,9 @@ use super::session::{Binding, Session, SessionState};
 use super::slots::Shape;
 use crate::error::{Error, Result};
 use crate::holds::PerHolder;
-use crate::identity::{holder_identity, holder_number, random_hex, request_token};
+use crate::identity::{
+    as_holder_number, holder_identity, holder_number, random_hex, request_token, task_holder_number,
+};
 use crate::lease::{
     Lease, LeaseOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_REFRESH_FAILS, DEFAULT_TTL,
 };
@@ -252,6 +254,13 @@ impl Lock {
             .leave(holder_number(), |hold| self.semaphore.release(hold))
     }
 
+    /// [`Lock::leave`] that returns at once: the hold is given back in the
+    /// background (a guard of an async task dropped, which must not block
+    /// its executor).
+    pub fn leave_in_background(&self) {
+        self.holds.leave_in_background(holder_number());
+    }
+
     /// Whether the calling thread holds the lock and its lease is surely
     /// still live. Reads a flag and the clock; never touches Redis.
     pub fn healthy(&self) -> bool {
@@ -295,6 +304,60 @@ impl Lock {
         self.holds.release_all_in_background();
     }
 
+    /// The async twin of [`Lock::acquire`]: waits up to `timeout` (None:
+    /// forever) on the calling task's runtime, holding no thread, and
+    /// returns a guard of the task's hold. Each task is a holder, as each
+    /// thread is for [`Lock::acquire`]. Dropping the future before it
+    /// completes leaves nothing held or queued (the give-up finishes in the
+    /// background); dropping the guard gives the lock back in the
+    /// background, never blocking the executor ([`LockGuard::release_async`]
+    /// waits for the answer instead).
+    ///
+    /// # Errors
+    /// Those of [`Lock::acquire`]; [`Error::AlreadyLocked`] if the calling
+    /// task holds it already.
+    pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
+        let holder = task_holder_number();
+        self.take_async(holder, Deadline::after(timeout)).await?;
+        Ok(LockGuard::for_task(self, holder))
+    }
+
+    /// The async twin of [`Lock::try_acquire`]: one attempt.
+    pub async fn try_acquire_async(&self) -> Result<Option<LockGuard<'_>>> {
+        let holder = task_holder_number();
+        let acquired = self
+            .take_async(holder, Deadline::after(Some(Duration::ZERO)))
+            .await
+            .in_time()?;
+        Ok(acquired.then(|| LockGuard::for_task(self, holder)))
+    }
+
+    /// The async twin of [`Lock::lock`]: waits with the builder's `timeout`.
+    pub async fn lock_async(&self) -> Result<LockGuard<'_>> {
+        self.acquire_async(self.default_timeout).await
+    }
+
+    /// The async twin of [`Lock::release`], for the calling task's hold.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling task does not hold it.
+    pub async fn release_async(&self) -> Result<bool> {
+        self.release_holder_async(task_holder_number()).await
+    }
+
+    async fn take_async(&self, holder: u64, deadline: Deadline) -> Result<()> {
+        let identity = as_holder_number(holder, || holder_identity(&self.prefix));
+        let token = request_token(&identity);
+        let taking = self.semaphore.acquire_async(&token, &self.value, deadline);
+        self.holds.acquire_async(holder, deadline, taking).await
+    }
+
+    async fn release_holder_async(&self, holder: u64) -> Result<bool> {
+        let hold = self.holds.take_out(holder)?;
+        self.holds
+            .released(self.semaphore.release_async(hold).await)
+    }
+
     /// The calling thread's holder identity (`<prefix>-<pid>/<thread>`).
     pub fn identity(&self) -> String {
         holder_identity(&self.prefix)
@@ -309,8 +372,19 @@ impl Drop for Lock {
     }
 }
 
-/// Proof that the calling thread holds a [`Lock`]; releases it on drop.
+/// Proof that a thread (or, from [`Lock::acquire_async`], a task) holds a
+/// [`Lock`]; releases it on drop.
 pub type LockGuard<'a> = crate::guard::Guard<'a, Lock>;
+
+impl LockGuard<'_> {
+    /// The async twin of [`Guard::release`](crate::guard::Guard::release):
+    /// releases now and reports whether the server still had the lock.
+    /// Dropped before the answer, the release finishes in the background.
+    pub async fn release_async(self) -> Result<bool> {
+        let (lock, holder) = self.disarm();
+        lock.release_holder_async(holder).await
+    }
+}
 
 crate::guard::thread_lock!(Lock);
 

@@ -11,9 +11,9 @@ use redis::{
     Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
-use super::caller::Caller;
+use super::caller::{Caller, LEAST_TIME};
 use super::failure::{Failure, OnSignal};
-use super::server::{NodeConnection, Server};
+use super::server::{Channel, NodeConnection, Server};
 use crate::error::{Error, Result};
 
 /// How many nodes one request may visit (redirects and the seed fallback).
@@ -263,11 +263,62 @@ impl Route {
         F: std::future::Future<Output = RedisResult<T>>,
     {
         let deadline = Instant::now() + limit;
+        self.call(Channel::Background, operation, deadline, true, call)
+            .await
+    }
+
+    /// The async caller's counterpart of [`Route::run_for`]: runs `call`
+    /// on a connection of the calling task's runtime, like
+    /// [`Route::in_background`], within `limit` cut to the caller's
+    /// `give_up_at` (but never under [`LEAST_TIME`]). An answer still
+    /// missing at the caller's deadline is [`Error::Timeout`] (the request
+    /// may have taken effect). `resendable`: the call may be sent again
+    /// after a failure in mid-call (a release may not: its second answer
+    /// would misreport the first).
+    pub(crate) async fn for_task<T, F>(
+        &self,
+        give_up_at: Option<Instant>,
+        operation: &str,
+        limit: Duration,
+        resendable: bool,
+        call: impl Fn(Link) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+    {
+        let started = Instant::now();
+        let read_timeout = Caller::new(give_up_at, &|| false).read_timeout(limit, LEAST_TIME);
+        let called = self.call(
+            Channel::Caller,
+            operation,
+            started + read_timeout,
+            resendable,
+            call,
+        );
+        match called.await {
+            Err(e) if e.is_transient() && give_up_at.is_some_and(|at| Instant::now() >= at) => {
+                Err(late(&self.server(), operation, started))
+            }
+            outcome => outcome,
+        }
+    }
+
+    async fn call<T, F>(
+        &self,
+        channel: Channel,
+        operation: &str,
+        deadline: Instant,
+        resendable: bool,
+        call: impl Fn(Link) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+    {
         let (mut server, mut asking) = (self.server(), false);
         let (mut hops, mut progress) = (1, Progress::default());
         loop {
             let failure = match server
-                .in_background(operation, deadline, |conn, fence_base| {
+                .call(channel, operation, deadline, |conn, fence_base| {
                     call(Link {
                         conn,
                         asking,
@@ -277,12 +328,16 @@ impl Route {
                 .await
             {
                 Ok(value) => {
-                    self.seed.learn_peers_in_background(deadline).await;
+                    // Learned on lockyard's runtime only: the connection
+                    // it asks on must not be made on a caller's runtime.
+                    if channel == Channel::Background {
+                        self.seed.learn_peers_in_background(deadline).await;
+                    }
                     return Ok(value);
                 }
                 Err(failure) => failure,
             };
-            match self.next(&server, failure, true, &mut progress)? {
+            match self.next(&server, failure, resendable, &mut progress)? {
                 Next::Hop(_, _) if hops == MAX_HOPS => {
                     return Err(too_many_hops(&server, operation));
                 }

@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redis::ScriptInvocation;
+
 use super::caller::Caller;
 use super::failure::OnSignal;
 use super::hold::{Hold, TAKER};
@@ -26,6 +28,7 @@ use crate::runtime;
 use crate::wait::{Deadline, Interrupt};
 
 mod idle;
+mod in_task;
 
 /// How often a waiter renews its place, and re-checks for holders whose
 /// lease ran out (they free a slot without anyone releasing it).
@@ -55,7 +58,8 @@ impl ClockPair {
 }
 
 enum Attempt {
-    Granted(Hold),
+    /// Granted: the fence, and until when the grant surely lasts.
+    Granted(u64, Stamp),
     Queued {
         clock: ClockPair,
         earliest_expiry: Stamp,
@@ -108,19 +112,16 @@ impl Semaphore {
         deadline: Deadline,
         interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
-        let meta = match &self.slots.binding {
-            Some(binding) => binding.meta(value)?,
-            None => String::new(),
-        };
+        let meta = self.meta(value)?;
         if deadline.check()?.spent() {
             return Ok(None);
         }
         if deadline.is_one_attempt() {
             // One attempt, which no deadline cuts short.
             let caller = Caller::new(None, interrupted);
-            return match self.attempt(&caller, token, &meta, Duration::ZERO) {
-                Ok(Attempt::Granted(hold)) => Ok(Some(hold)),
-                Ok(Attempt::Queued { .. }) => Ok(None),
+            let attempt = self.attempt(&caller, token, &meta, Duration::ZERO);
+            return match attempt.and_then(|a| self.keep_granted(token, a)) {
+                Ok(hold) => Ok(hold),
                 Err(e) => {
                     // The reply may be what was lost: the script may have
                     // granted this request's token, which no later acquire
@@ -163,25 +164,21 @@ impl Semaphore {
             let attempt = self.attempt(caller, token, meta, WAITER_LEASE);
             *unanswered = attempt.as_ref().is_err_and(Error::went_unanswered);
             let (clock, earliest_expiry) = match attempt? {
-                Attempt::Granted(hold) => return Ok(Some(hold)),
+                Attempt::Granted(fence, valid_until) => {
+                    return Hold::keep(&self.slots, token, fence, valid_until, false, TAKER)
+                        .map(Some);
+                }
                 Attempt::Queued {
                     clock,
                     earliest_expiry,
                 } => (clock, earliest_expiry),
             };
-            // The server's earliest expiry may be anything; RECHECK bounds it.
-            let mut listen_until = limits::from_now(
-                RECHECK.min(
-                    earliest_expiry
-                        .left()
-                        .saturating_add(Duration::from_millis(1)),
-                ),
-            );
-            if let Some(at) = caller.give_up_at() {
-                listen_until = listen_until.min(at);
-            }
+            let listen_until = listen_until(earliest_expiry, caller.give_up_at());
             if let Some(message) = self.listen(caller, token, listen_until)? {
-                return self.handed_over(token, clock, &message).map(Some);
+                let (fence, valid_until) = self.handed_over(clock, &message)?;
+                // It lasts only the handoff window until refreshed, which
+                // the refresher does at once.
+                return Hold::keep(&self.slots, token, fence, valid_until, true, TAKER).map(Some);
             }
             if caller.is_late() {
                 return Ok(None);
@@ -196,25 +193,40 @@ impl Semaphore {
         meta: &str,
         waiter_lease: Duration,
     ) -> Result<Attempt> {
-        let s = &self.slots;
         let sent = Stamp::now();
-        let reply: Vec<i64> = s
-            .route
-            .run_for(caller, "acquire", COMMAND_TIMEOUT, |conn| {
-                prepare(
-                    &SCRIPTS.acquire,
-                    &s.keys,
-                    s.shape.limit(),
-                    conn.fence_base(),
-                )
-                .arg(token)
-                .arg(s.lease.ttl_ms())
-                .arg(waiter_lease.as_millis() as u64)
-                .arg(WAITER_LEASE.as_millis() as u64)
-                .arg(meta)
-                .arg(s.shape.kind())
-                .invoke(conn)
-            })?;
+        let reply: Vec<i64> =
+            self.slots
+                .route
+                .run_for(caller, "acquire", COMMAND_TIMEOUT, |conn| {
+                    self.acquire_script(conn.fence_base(), token, meta, waiter_lease)
+                        .invoke(conn)
+                })?;
+        self.answered(sent, &reply)
+    }
+
+    /// The acquire script for `token` on the node whose fence base is
+    /// `fence_base`; `waiter_lease` zero: one attempt, never queued.
+    fn acquire_script(
+        &self,
+        fence_base: u64,
+        token: &str,
+        meta: &str,
+        waiter_lease: Duration,
+    ) -> ScriptInvocation<'static> {
+        let s = &self.slots;
+        let mut invocation = prepare(&SCRIPTS.acquire, &s.keys, s.shape.limit(), fence_base);
+        invocation
+            .arg(token)
+            .arg(s.lease.ttl_ms())
+            .arg(waiter_lease.as_millis() as u64)
+            .arg(WAITER_LEASE.as_millis() as u64)
+            .arg(meta)
+            .arg(s.shape.kind());
+        invocation
+    }
+
+    /// What the acquire script's `reply` to a request sent at `sent` says.
+    fn answered(&self, sent: Stamp, reply: &[i64]) -> Result<Attempt> {
         let [granted, fence, deadline_ms, now_ms] = reply[..] else {
             return Err(self.slots.protocol_error("acquire"));
         };
@@ -226,20 +238,23 @@ impl Semaphore {
             server_ms: now_ms,
         };
         Ok(if granted == 1 {
-            Attempt::Granted(Hold::keep(
-                &self.slots,
-                token,
-                fence as u64,
-                clock.local(deadline_ms),
-                false,
-                TAKER,
-            )?)
+            Attempt::Granted(fence as u64, clock.local(deadline_ms))
         } else {
             Attempt::Queued {
                 clock,
                 earliest_expiry: clock.local(deadline_ms),
             }
         })
+    }
+
+    /// The hold of a one-attempt `attempt`, if it was granted.
+    fn keep_granted(&self, token: &str, attempt: Attempt) -> Result<Option<Hold>> {
+        match attempt {
+            Attempt::Granted(fence, valid_until) => {
+                Hold::keep(&self.slots, token, fence, valid_until, false, TAKER).map(Some)
+            }
+            Attempt::Queued { .. } => Ok(None),
+        }
     }
 
     /// Blocks on the wake-up list of `token` until a message arrives,
@@ -277,22 +292,22 @@ impl Semaphore {
         }
     }
 
-    /// A slot handed over while `token` was queued: "<fence> <deadline ms>".
-    fn handed_over(&self, token: &str, clock: ClockPair, message: &str) -> Result<Hold> {
+    /// A slot handed over while queued, from its wake-up message
+    /// "<fence> <deadline ms>": its fence, and until when it surely lasts.
+    fn handed_over(&self, clock: ClockPair, message: &str) -> Result<(u64, Stamp)> {
         let (fence, deadline_ms) = message
             .split_once(' ')
             .and_then(|(f, d)| Some((f.parse::<u64>().ok()?, d.parse::<i64>().ok()?)))
             .ok_or_else(|| self.slots.protocol_error("wait"))?;
-        // It lasts only the handoff window until refreshed, which the
-        // refresher does at once.
-        Hold::keep(
-            &self.slots,
-            token,
-            fence,
-            clock.local(deadline_ms),
-            true,
-            TAKER,
-        )
+        Ok((fence, clock.local(deadline_ms)))
+    }
+
+    /// What a grant under a session stores beside `value` ("" for none).
+    fn meta(&self, value: &str) -> Result<String> {
+        match &self.slots.binding {
+            Some(binding) => binding.meta(value),
+            None => Ok(String::new()),
+        }
     }
 
     /// Ok unless the wait runs under a session that was destroyed or lost
@@ -383,4 +398,18 @@ impl Semaphore {
     pub(crate) fn holder(&self, caller: &Caller) -> Result<HolderState> {
         self.slots.holder(caller)
     }
+}
+
+/// How long a queued waiter listens for its handoff before it asks again:
+/// until the earliest holder's lease may have run out (any value the
+/// server sent, bounded by [`RECHECK`]), or the caller gives up.
+fn listen_until(earliest_expiry: Stamp, give_up_at: Option<Instant>) -> Instant {
+    let until = limits::from_now(
+        RECHECK.min(
+            earliest_expiry
+                .left()
+                .saturating_add(Duration::from_millis(1)),
+        ),
+    );
+    give_up_at.map_or(until, |at| until.min(at))
 }

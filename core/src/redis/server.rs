@@ -1,8 +1,9 @@
 //! Connections to one Redis server. Callers' requests run on the calling
 //! thread over pooled blocking connections (no thread hop on the hot path);
-//! background refreshes use one multiplexed async connection per server.
-//! Both are per process: a forked child never writes to a socket it
-//! inherited from its parent. A server behind Redis Sentinel follows its
+//! async callers' requests run on their own runtime over pooled async
+//! connections made on it (see [`Channel::Caller`]); background refreshes
+//! use one multiplexed async connection per server. All are per process: a
+//! forked child never writes to a socket it inherited from its parent. A server behind Redis Sentinel follows its
 //! master through failovers (see [`super::sentinel`]).
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -29,6 +30,24 @@ use target::Target;
 
 const MAX_IDLE: usize = 16;
 
+/// Which connection an async call runs on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Channel {
+    /// The server's one multiplexed connection on lockyard's runtime:
+    /// refreshes, renewals, give-ups left to the background.
+    Background,
+    /// A connection of the calling task's own runtime, used by one call at
+    /// a time (a BLPOP on it blocks nobody else).
+    Caller,
+}
+
+/// An async caller's idle connection and the runtime that drives it.
+struct AsyncIdle {
+    runtime: tokio::runtime::Id,
+    node: Arc<Node>,
+    conn: MultiplexedConnection,
+}
+
 /// Signals in a row after which a request gives up.
 const MAX_INTERRUPTIONS: u32 = 100;
 
@@ -43,6 +62,8 @@ pub(crate) struct Server {
     connect_timeout: Duration,
     idle: Mutex<(u32, Vec<NodeConnection>)>,
     background: Mutex<Option<(u32, Arc<Node>, MultiplexedConnection)>>,
+    /// Idle connections of async callers, each on the runtime it was made on.
+    async_idle: Mutex<(u32, Vec<AsyncIdle>)>,
     /// The other nodes of this server's Cluster (`host:port`), learned once
     /// while it answers, so that a route can still find its slot after this
     /// node itself failed over; empty when it is not in a Cluster.
@@ -84,6 +105,7 @@ impl Server {
             connect_timeout,
             idle: Mutex::new((std::process::id(), Vec::new())),
             background: Mutex::new(None),
+            async_idle: Mutex::new((std::process::id(), Vec::new())),
             peers: OnceLock::new(),
             round_trip: RoundTrip::default(),
         }
@@ -314,29 +336,20 @@ impl Server {
             }
         }
         let node = self.node_in_background().await?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(COMMAND_TIMEOUT));
-        let conn = node
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| {
-                self.forget(&node);
-                self.error("connect", e)
-            })?;
+        let conn = self.connect_async(&node, Some(COMMAND_TIMEOUT)).await?;
         *self.background.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((pid, node.clone(), conn.clone()));
         Ok((node, conn))
     }
 
-    /// Runs `call` on the background connection, giving up at `deadline`.
+    /// Runs `call` on a connection of `channel`, giving up at `deadline`.
     /// A call that fails or runs out of time drops the connection, so the
     /// next one (the caller's retry) starts on a fresh one: a connection gone
     /// silent must not cost every later call its whole timeout too. A
     /// Cluster reply (a redirect, TRYAGAIN) leaves it: it answered.
-    pub(crate) async fn in_background<T, F>(
+    pub(crate) async fn call<T, F>(
         &self,
+        channel: Channel,
         operation: &str,
         deadline: Instant,
         call: impl FnOnce(MultiplexedConnection, u64) -> F,
@@ -345,10 +358,15 @@ impl Server {
         F: std::future::Future<Output = RedisResult<T>>,
     {
         let outcome = tokio::time::timeout_at(deadline.into(), async {
-            let (node, conn) = self.background_node().await.map_err(Failure::Unreachable)?;
-            call(conn, node.fence_base)
-                .await
-                .map_err(|e| Failure::of(&self.name, operation, e))
+            let (node, conn) = match channel {
+                Channel::Background => self.background_node().await,
+                Channel::Caller => self.caller_connection().await,
+            }
+            .map_err(Failure::Unreachable)?;
+            match call(conn.clone(), node.fence_base).await {
+                Ok(value) => Ok((value, node, conn)),
+                Err(e) => Err(Failure::of(&self.name, operation, e)),
+            }
         })
         .await
         .unwrap_or_else(|_| {
@@ -358,16 +376,92 @@ impl Server {
                 "no answer in time",
             )))
         });
-        if matches!(
-            outcome,
-            Err(Failure::Unreachable(_)
-                | Failure::Broken(_)
-                | Failure::ReadOnly(_)
-                | Failure::Fatal(_))
-        ) {
-            self.drop_background();
+        match outcome {
+            Ok((value, node, conn)) => {
+                if channel == Channel::Caller {
+                    self.keep_caller_connection(node, conn);
+                }
+                Ok(value)
+            }
+            Err(failure) => {
+                let dead = matches!(
+                    failure,
+                    Failure::Unreachable(_)
+                        | Failure::Broken(_)
+                        | Failure::ReadOnly(_)
+                        | Failure::Fatal(_)
+                );
+                if dead && channel == Channel::Background {
+                    self.drop_background();
+                }
+                Err(failure)
+            }
         }
-        outcome
+    }
+
+    /// An idle connection of this process on the calling task's runtime,
+    /// or a new one made there: its I/O then runs on the caller's runtime,
+    /// and a connection made on a runtime since shut down is never used.
+    async fn caller_connection(&self) -> Result<(Arc<Node>, MultiplexedConnection)> {
+        let runtime = tokio::runtime::Handle::current().id();
+        let pooled = {
+            let mut idle = self.async_idle.lock().unwrap_or_else(|e| e.into_inner());
+            let pid = std::process::id();
+            if idle.0 != pid {
+                *idle = (pid, Vec::new());
+            }
+            let found = idle.1.iter().rposition(|c| c.runtime == runtime);
+            found.map(|at| idle.1.remove(at))
+        };
+        if let Some(pooled) = pooled {
+            if self.is_current(&pooled.node) && self.still_master_in_background(&pooled.node).await
+            {
+                return Ok((pooled.node, pooled.conn));
+            }
+        }
+        let node = self.node_in_background().await?;
+        // No response timeout of its own: each call's deadline bounds it,
+        // and a BLPOP may rightly block longer than any fixed one.
+        let conn = self.connect_async(&node, None).await?;
+        Ok((node, conn))
+    }
+
+    /// A new multiplexed connection to `node`, driven by the calling task's
+    /// runtime; a node that cannot be reached is forgotten.
+    async fn connect_async(
+        &self,
+        node: &Arc<Node>,
+        response_timeout: Option<Duration>,
+    ) -> Result<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(response_timeout);
+        node.client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| {
+                self.forget(node);
+                self.error("connect", e)
+            })
+    }
+
+    /// Returns a caller's connection that answered to the idle pool. The
+    /// pool keeps the newest [`MAX_IDLE`]: those of a runtime that ended
+    /// (its connections closed with it) age out as others come back.
+    fn keep_caller_connection(&self, node: Arc<Node>, conn: MultiplexedConnection) {
+        let runtime = tokio::runtime::Handle::current().id();
+        let mut idle = self.async_idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.0 != std::process::id() || !self.is_current(&node) {
+            return;
+        }
+        if idle.1.len() == MAX_IDLE {
+            idle.1.remove(0);
+        }
+        idle.1.push(AsyncIdle {
+            runtime,
+            node,
+            conn,
+        });
     }
 
     /// Forgets a background connection that failed, so the next use

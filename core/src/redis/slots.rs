@@ -132,11 +132,7 @@ impl Slots {
     pub(crate) fn give_up(self: &Arc<Self>, token: &str, in_flight: bool) -> Result<()> {
         let never = || false;
         let caller = Caller::new(Some(Instant::now() + LEAVING_TIME), &never);
-        let tombstone_ms = if in_flight {
-            TOMBSTONE.as_millis() as u64
-        } else {
-            0
-        };
+        let tombstone_ms = tombstone_ms(in_flight);
         match self
             .route
             .run_for(&caller, "cancel", COMMAND_TIMEOUT, |conn| {
@@ -149,6 +145,36 @@ impl Slots {
             }
             cancelled => cancelled.map(drop),
         }
+    }
+
+    /// [`Slots::give_up`] for an async caller, on its runtime.
+    pub(crate) async fn give_up_async(
+        self: &Arc<Self>,
+        token: &str,
+        in_flight: bool,
+    ) -> Result<()> {
+        let tombstone_ms = tombstone_ms(in_flight);
+        let give_up_at = Some(Instant::now() + LEAVING_TIME);
+        let cancelled = self
+            .route
+            .for_task(give_up_at, "cancel", COMMAND_TIMEOUT, true, |mut link| {
+                let cancel = self.cancel_script(link.fence_base(), token, tombstone_ms);
+                async move { cancel.invoke_async::<i64>(&mut link).await }
+            })
+            .await;
+        match cancelled {
+            Err(e) if e.went_unanswered() => {
+                self.leave_in_background(token.to_owned(), tombstone_ms);
+                Ok(())
+            }
+            cancelled => cancelled.map(drop),
+        }
+    }
+
+    /// Gives up `token` in the background, returning at once: for an async
+    /// wait dropped before it ended (`in_flight`: see [`Slots::give_up`]).
+    pub(crate) fn give_up_in_background(self: &Arc<Self>, token: String, in_flight: bool) {
+        self.leave_in_background(token, tombstone_ms(in_flight));
     }
 
     /// Hands a give-up to this name's one background worker, started if
@@ -229,14 +255,8 @@ impl Slots {
                 COMMAND_TIMEOUT,
                 OnSignal::Report,
                 |conn| {
-                    prepare(
-                        &SCRIPTS.release,
-                        &self.keys,
-                        self.shape.limit(),
-                        conn.fence_base(),
-                    )
-                    .arg(token)
-                    .invoke::<i64>(conn)
+                    self.release_script(conn.fence_base(), token)
+                        .invoke::<i64>(conn)
                 },
             )?;
             match released {
@@ -247,18 +267,53 @@ impl Slots {
         }
     }
 
+    /// [`Slots::release_as`] for an async caller, on its runtime. A call
+    /// whose connection broke is not sent again: its answer is unknown,
+    /// and the error says so.
+    pub(crate) async fn release_async(&self, token: &str) -> Result<bool> {
+        let released: i64 = self
+            .route
+            .for_task(None, "release", COMMAND_TIMEOUT, false, |mut link| {
+                let release = self.release_script(link.fence_base(), token);
+                async move { release.invoke_async(&mut link).await }
+            })
+            .await?;
+        Ok(released == 1)
+    }
+
+    fn release_script(&self, fence_base: u64, token: &str) -> ScriptInvocation<'static> {
+        let mut invocation = prepare(&SCRIPTS.release, &self.keys, self.shape.limit(), fence_base);
+        invocation.arg(token);
+        invocation
+    }
+
     /// Live holders, and whether `token` (if given) is one of them.
     pub(crate) fn inspect(&self, token: Option<&str>) -> Result<(u32, bool)> {
         let reply: Vec<i64> = self.route.run("inspect", COMMAND_TIMEOUT, |conn| {
-            prepare(
-                &SCRIPTS.inspect,
-                &self.keys,
-                self.shape.limit(),
-                conn.fence_base(),
-            )
-            .arg(token.unwrap_or(""))
-            .invoke(conn)
+            self.inspect_script(conn.fence_base(), token).invoke(conn)
         })?;
+        self.inspected(&reply)
+    }
+
+    /// [`Slots::inspect`] for an async caller, on its runtime.
+    pub(crate) async fn inspect_async(&self, token: Option<&str>) -> Result<(u32, bool)> {
+        let reply: Vec<i64> = self
+            .route
+            .for_task(None, "inspect", COMMAND_TIMEOUT, true, |mut link| {
+                let inspect = self.inspect_script(link.fence_base(), token);
+                async move { inspect.invoke_async(&mut link).await }
+            })
+            .await?;
+        self.inspected(&reply)
+    }
+
+    fn inspect_script(&self, fence_base: u64, token: Option<&str>) -> ScriptInvocation<'static> {
+        let mut invocation = prepare(&SCRIPTS.inspect, &self.keys, self.shape.limit(), fence_base);
+        invocation.arg(token.unwrap_or(""));
+        invocation
+    }
+
+    fn inspected(&self, reply: &[i64]) -> Result<(u32, bool)> {
         match reply[..] {
             [count, mine] => Ok((count as u32, mine == 1)),
             _ => Err(self.protocol_error("inspect")),
@@ -341,5 +396,15 @@ impl Slots {
             operation,
             "unexpected reply from the script",
         )
+    }
+}
+
+/// How long the server refuses a late acquire of a token given up while
+/// one may still be `in_flight` (see [`Slots::give_up`]), in ms.
+fn tombstone_ms(in_flight: bool) -> u64 {
+    if in_flight {
+        TOMBSTONE.as_millis() as u64
+    } else {
+        0
     }
 }

@@ -193,8 +193,12 @@ impl WaitGroup {
 
     /// Frees a slot this process holds, warning if it had been lost.
     fn free(&self, held: Held) -> Result<bool> {
+        self.warn_if_lost(self.semaphore.release(held.hold))
+    }
+
+    fn warn_if_lost(&self, freed: Result<bool>) -> Result<bool> {
         health::warn_if_lost(
-            self.semaphore.release(held.hold),
+            freed,
             || format!("a slot of {}", self.semaphore.what()),
             "freed",
             "more than its limit",
@@ -309,6 +313,76 @@ impl WaitGroup {
 }
 
 impl WaitGroup {
+    /// The async twin of [`WaitGroup::acquire`]: waits up to `timeout` on
+    /// the calling task's runtime, holding no thread. Dropping the future
+    /// before it completes leaves nothing held or queued; dropping the slot
+    /// frees it in the background ([`Slot::release_async`] waits for
+    /// the answer instead).
+    ///
+    /// # Errors
+    /// Those of [`WaitGroup::acquire`].
+    pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<Slot<'_>> {
+        let token = self.take_async(Deadline::after(timeout), true).await?;
+        Ok(Slot::for_task(self, token))
+    }
+
+    /// The async twin of [`WaitGroup::add`].
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out.
+    pub async fn add_async(&self, timeout: Option<Duration>) -> Result<String> {
+        self.take_async(Deadline::after(timeout), false).await
+    }
+
+    async fn take_async(&self, deadline: Deadline, in_block: bool) -> Result<String> {
+        let token = uuid4();
+        let hold = self
+            .semaphore
+            .acquire_async(&token, "", deadline)
+            .await?
+            .ok_or_else(|| deadline.ran_out(format!("a slot of {}", self.semaphore.what())))?;
+        self.slots
+            .get()
+            .insert(token.clone(), Held { hold, in_block });
+        Ok(token)
+    }
+
+    /// The async twin of [`WaitGroup::done`].
+    pub async fn done_async(&self, token: &str) -> Result<bool> {
+        let held = self.slots.get().remove(token);
+        match held {
+            Some(held) => {
+                let freed = self.semaphore.release_async(held.hold).await;
+                self.warn_if_lost(freed)
+            }
+            None => self.semaphore.release_token_async(token).await,
+        }
+    }
+
+    /// The async twin of [`WaitGroup::wait`]: Ok(false) when the timeout
+    /// ran out. Dropping the future leaves no watcher behind.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a timeout over 100 years.
+    pub async fn wait_async(&self, timeout: Option<Duration>) -> Result<bool> {
+        self.semaphore
+            .wait_idle_async(Deadline::after(timeout))
+            .await
+    }
+
+    /// The async twin of [`WaitGroup::count`].
+    pub async fn count_async(&self) -> Result<u32> {
+        Ok(self.semaphore.inspect_async(None).await?.0)
+    }
+
+    /// [`WaitGroup::leave`] that returns at once: the slot is freed in the
+    /// background (an async task's slot dropped).
+    pub fn leave_in_background(&self, token: &str) {
+        if let Leaving::Held(held) = self.slots.leave(token) {
+            self.semaphore.release_in_background(vec![held.hold]);
+        }
+    }
+
     /// Frees the slots of open blocks as a drop does, on the runtime's
     /// blocking threads, and returns at once: for a group about to be
     /// dropped where blocking is not allowed (a garbage collector's
@@ -353,5 +427,15 @@ impl Drop for WaitGroup {
 
 /// One held slot of a [`WaitGroup`]; freed on drop.
 pub type Slot<'a> = crate::group::Slot<'a, WaitGroup>;
+
+impl Slot<'_> {
+    /// Frees the slot now, on the calling task's runtime, and reports
+    /// whether it was still live. Dropped before the answer, the release
+    /// finishes in the background.
+    pub async fn release_async(self) -> Result<bool> {
+        let (group, token) = self.disarm();
+        group.done_async(&token).await
+    }
+}
 
 crate::group::slot_group!(WaitGroup);

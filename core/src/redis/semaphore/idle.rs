@@ -3,6 +3,8 @@
 
 use std::time::Instant;
 
+use redis::ScriptInvocation;
+
 use super::super::caller::Caller;
 use super::super::scripts::{prepare, SCRIPTS};
 use super::super::server::COMMAND_TIMEOUT;
@@ -38,14 +40,80 @@ impl Semaphore {
         waited
     }
 
+    /// [`Semaphore::wait_idle`] for an async caller, on its runtime;
+    /// dropping the future leaves no watcher behind (it is given up in the
+    /// background).
+    pub(crate) async fn wait_idle_async(&self, deadline: Deadline) -> Result<bool> {
+        if deadline.check()?.spent() {
+            return Ok(false);
+        }
+        let watcher = format!("watch-{}", random_hex(12));
+        let mut leaving = GiveUpOnDrop {
+            semaphore: self,
+            watcher: &watcher,
+            armed: true,
+        };
+        let waited = match self.watch_until_idle_async(deadline.at(), &watcher).await {
+            // The deadline came while a request was unanswered.
+            Err(Error::Timeout { .. }) => Ok(false),
+            waited => waited,
+        };
+        if !matches!(waited, Ok(true)) {
+            let cancelled = self.slots.give_up_async(&watcher, false).await;
+            if let (Ok(false), Err(e)) = (&waited, cancelled) {
+                leaving.armed = false;
+                return Err(e);
+            }
+        }
+        leaving.armed = false;
+        waited
+    }
+
+    async fn watch_until_idle_async(
+        &self,
+        give_up_at: Option<Instant>,
+        watcher: &str,
+    ) -> Result<bool> {
+        let s = &self.slots;
+        loop {
+            let idle: i64 = s
+                .route
+                .for_task(give_up_at, "wait", COMMAND_TIMEOUT, true, |mut link| {
+                    let watch = self.watch_script(link.fence_base(), watcher);
+                    async move { watch.invoke_async(&mut link).await }
+                })
+                .await?;
+            if idle == 1 {
+                return Ok(true);
+            }
+            if give_up_at.is_some_and(|at| Instant::now() >= at) {
+                return Ok(false);
+            }
+            let listen_until = give_up_at.map_or(Instant::now() + RECHECK, |at| {
+                (Instant::now() + RECHECK).min(at)
+            });
+            if self
+                .listen_async(give_up_at, watcher, listen_until)
+                .await?
+                .is_some()
+            {
+                return Ok(true);
+            }
+        }
+    }
+
+    fn watch_script(&self, fence_base: u64, watcher: &str) -> ScriptInvocation<'static> {
+        let s = &self.slots;
+        let mut invocation = prepare(&SCRIPTS.watch, &s.keys, s.shape.limit(), fence_base);
+        invocation.arg(watcher).arg(WAITER_LEASE.as_millis() as u64);
+        invocation
+    }
+
     fn watch_until_idle(&self, caller: &Caller, watcher: &str) -> Result<bool> {
         let s = &self.slots;
         loop {
             let idle: i64 = s.route.run_for(caller, "wait", COMMAND_TIMEOUT, |conn| {
-                prepare(&SCRIPTS.watch, &s.keys, s.shape.limit(), conn.fence_base())
-                    .arg(watcher)
-                    .arg(WAITER_LEASE.as_millis() as u64)
-                    .invoke(conn)
+                self.watch_script(conn.fence_base(), watcher).invoke(conn)
             })?;
             if idle == 1 {
                 return Ok(true);
@@ -60,6 +128,25 @@ impl Semaphore {
             if self.listen(caller, watcher, listen_until)?.is_some() {
                 return Ok(true);
             }
+        }
+    }
+}
+
+/// Gives up an async wait's watcher when its future is dropped before the
+/// wait ended. A watch still on its way only watches again, for a waiter
+/// lease: no tombstone needed.
+struct GiveUpOnDrop<'a> {
+    semaphore: &'a Semaphore,
+    watcher: &'a str,
+    armed: bool,
+}
+
+impl Drop for GiveUpOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.semaphore
+                .slots
+                .give_up_in_background(self.watcher.to_owned(), false);
         }
     }
 }
