@@ -27,7 +27,7 @@ HANDOFF_PROCESSES = 4
 HANDOFF_SECONDS = 1.5
 # Targets from the performance issue: ratio to the same language's floor.
 CYCLE_TARGET = 1.00
-# The async Rust cycle against redis-rs's multiplexed async floor (issue "Async").
+# The async cycles against their language's async client floor (issue "Async").
 ASYNC_TARGET = 1.00
 HANDOFF_P50_TARGET_US = 150
 HANDOFF_P99_TARGET_US = 1000
@@ -162,7 +162,10 @@ def print_table(cycles: list[Cycle], handoffs: list[Handoff]) -> None:
         target = ""
         if cycle.label.startswith("lockyard") and cycle.language in ("Python", "Ruby"):
             target = f"≤ {CYCLE_TARGET:.2f} {verdict(ratio <= CYCLE_TARGET)}"
-        if cycle.label.startswith("lockyard") and cycle.language == "Rust async":
+        if cycle.label.startswith("lockyard") and cycle.language in (
+            "Rust async",
+            "asyncio",
+        ):
             target = f"≤ {ASYNC_TARGET:.2f} {verdict(ratio <= ASYNC_TARGET)}"
         rounds = " ".join(f"{sample:.0f}" for sample in cycle.samples)
         server = statistics.median(cycle.server_samples)
@@ -214,6 +217,14 @@ def main() -> None:
         Cycle("Python", "lockyard", [*python, "lockyard"]),
         Cycle("Python", "redis-py Lock", [*python, "redis-py"]),
         Cycle("Python", "python-redis-lock", [*python, "python-redis-lock"]),
+        Cycle(
+            "asyncio",
+            "floor: redis.asyncio SET NX PX + EVALSHA del",
+            [*python, "asyncio-floor"],
+            floor=True,
+        ),
+        Cycle("asyncio", "lockyard.asyncio", [*python, "asyncio-lockyard"]),
+        Cycle("asyncio", "redis.asyncio Lock", [*python, "asyncio-redis-py"]),
         Cycle(
             "Ruby",
             "floor: redis-rb SET NX PX + EVALSHA del",

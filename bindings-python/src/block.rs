@@ -32,3 +32,15 @@ pub(crate) fn exit(
     }
     Ok(())
 }
+
+/// `end_block(exc, failure)`: the end of an ``async with`` block whose
+/// giving back raised `failure` (a ``lockyard.Error``), by the rule above:
+/// raises it after a block that did not raise, else notes it on `exc`.
+#[pyfunction]
+pub(crate) fn end_block(
+    py: Python<'_>,
+    exc: Option<&Bound<'_, PyAny>>,
+    failure: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    exit(py, exc, Err(PyErr::from_value(failure.clone())))
+}

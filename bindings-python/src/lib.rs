@@ -6,6 +6,9 @@
 
 use pyo3::prelude::*;
 
+mod async_lock;
+mod async_wait_group;
+mod asyncio;
 mod block;
 mod command;
 mod convert;
@@ -36,6 +39,23 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // Under backend-qualified names: `lockyard.redis.Lock` re-exports this
     // one, and other backends' classes are called `Lock` as well.
     module.add("RedisLock", module.py().get_type::<lock::RedisLock>())?;
+    // The native halves of `lockyard.asyncio`.
+    module.add(
+        "Completions",
+        module.py().get_type::<asyncio::Completions>(),
+    )?;
+    module.add("Pending", module.py().get_type::<asyncio::Pending>())?;
+    module.add(
+        "AsyncRedisLock",
+        module.py().get_type::<async_lock::AsyncRedisLock>(),
+    )?;
+    module.add(
+        "AsyncRedisWaitGroup",
+        module
+            .py()
+            .get_type::<async_wait_group::AsyncRedisWaitGroup>(),
+    )?;
+    module.add_function(wrap_pyfunction!(block::end_block, module)?)?;
     module.add(
         "RedisWaitGroup",
         module.py().get_type::<wait_group::RedisWaitGroup>(),

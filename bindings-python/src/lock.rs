@@ -50,27 +50,48 @@ per_thread_lock_methods!(RedisLock, "lockyard.redis.Lock", {
         value: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let name = text("name", name)?;
-        let mut builder = lease_options(
-            lockyard::redis::Lock::builder(text("url", url)?, name.clone())
-                .timeout(optional_seconds("timeout", timeout)?),
-            ttl,
-            refresh_interval,
-            max_refresh_fails,
-            connect_timeout,
+        let builder = redis_lock_builder(
+            py,
+            url,
+            &name,
+            [ttl, timeout, refresh_interval, max_refresh_fails],
+            [identity_prefix, connect_timeout, session, value],
         )?;
-        if let Some(prefix) = identity_prefix.filter(|p| !p.is_none()) {
-            builder = builder.identity_prefix(text("identity_prefix", prefix)?);
-        }
-        if let Some(value) = value.filter(|v| !v.is_none()) {
-            builder = builder.value(text("value", value)?);
-        }
-        if let Some(session) = session.filter(|s| !s.is_none()) {
-            let session = convert::session::<RedisSession>(session)?;
-            builder = session.get().session.call(py, |s| Ok(builder.session(s)))?;
-        }
         Ok(RedisLock {
             lock: Unlocked::build(py, || builder.build())?,
             name,
         })
     }
 });
+
+/// The core builder for the constructor arguments of a Redis lock, sync or
+/// async: `[ttl, timeout, refresh_interval, max_refresh_fails]` and
+/// `[identity_prefix, connect_timeout, session, value]`, each None when not
+/// given.
+pub(crate) fn redis_lock_builder(
+    py: Python<'_>,
+    url: &Bound<'_, PyAny>,
+    name: &str,
+    [ttl, timeout, refresh_interval, max_refresh_fails]: [Option<&Bound<'_, PyAny>>; 4],
+    [identity_prefix, connect_timeout, session, value]: [Option<&Bound<'_, PyAny>>; 4],
+) -> PyResult<lockyard::redis::LockBuilder> {
+    let mut builder = lease_options(
+        lockyard::redis::Lock::builder(text("url", url)?, name)
+            .timeout(optional_seconds("timeout", timeout)?),
+        ttl,
+        refresh_interval,
+        max_refresh_fails,
+        connect_timeout,
+    )?;
+    if let Some(prefix) = identity_prefix.filter(|p| !p.is_none()) {
+        builder = builder.identity_prefix(text("identity_prefix", prefix)?);
+    }
+    if let Some(value) = value.filter(|v| !v.is_none()) {
+        builder = builder.value(text("value", value)?);
+    }
+    if let Some(session) = session.filter(|s| !s.is_none()) {
+        let session = convert::session::<RedisSession>(session)?;
+        builder = session.get().session.call(py, |s| Ok(builder.session(s)))?;
+    }
+    Ok(builder)
+}

@@ -268,6 +268,21 @@ impl<V: Held + Send + 'static> PerHolder<V> {
             .ok_or_else(|| self.not_held())
     }
 
+    /// Takes out the hold of a block `holder` entered, for an async leave:
+    /// None in a process forked inside the block (the hold is the
+    /// parent's, not this one's to end).
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if `holder` has none.
+    #[cfg(feature = "redis")]
+    pub(crate) fn leave_out(&self, holder: u64) -> Result<Option<V>> {
+        match self.table.holds.leave(&holder) {
+            Leaving::Held(hold) => Ok(Some(hold)),
+            Leaving::Inherited => Ok(None),
+            Leaving::NotHeld => Err(self.not_held()),
+        }
+    }
+
     /// Reports a release like [`PerHolder::release`] does (a lost hold is
     /// logged).
     #[cfg(feature = "redis")]

@@ -52,6 +52,29 @@ where
     handle().spawn(future)
 }
 
+/// A future a binding runs on lockyard's runtime for a caller that awaits
+/// it on an event loop of its own (Python's asyncio): dropping the handle
+/// lets it run on; [`Detached::abort`] drops the future at its next await,
+/// which then cleans up as any dropped `_async` future does.
+#[derive(Debug)]
+pub struct Detached(tokio::task::AbortHandle);
+
+impl Detached {
+    /// Drops the future (a caller that was cancelled); nothing once it
+    /// finished.
+    pub fn abort(&self) {
+        self.0.abort();
+    }
+}
+
+/// Runs `future` on lockyard's runtime (see [`Detached`]).
+pub fn detach<F>(future: F) -> Detached
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    Detached(spawn(future).abort_handle())
+}
+
 /// Runs `future` in the background, like [`spawn`], and makes an exiting
 /// process wait for it (see [`Background`]): for a delete that must reach
 /// the server even when the process ends right after asking for it.

@@ -14,7 +14,8 @@ use super::slots::Shape;
 use crate::error::{Error, Result};
 use crate::holds::PerHolder;
 use crate::identity::{
-    as_holder_number, holder_identity, holder_number, random_hex, request_token, task_holder_number,
+    as_holder_number, binding_holder, holder_identity, holder_number, random_hex, request_token,
+    task_holder_number,
 };
 use crate::lease::{
     Lease, LeaseOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_REFRESH_FAILS, DEFAULT_TTL,
@@ -343,6 +344,46 @@ impl Lock {
     /// [`Error::NotLocked`] if the calling task does not hold it.
     pub async fn release_async(&self) -> Result<bool> {
         self.release_holder_async(task_holder_number()).await
+    }
+
+    /// [`Lock::acquire_async`] for the holder `key` (as [`crate::as_holder`]
+    /// takes): for a binding whose holders are not tokio tasks (asyncio
+    /// Tasks), which reads the hold with `as_holder(key, ...)` and ends it
+    /// with [`Lock::release_for_async`] or `as_holder(key, ||
+    /// lock.leave_in_background())`.
+    ///
+    /// # Errors
+    /// Those of [`Lock::acquire_async`].
+    pub async fn acquire_for_async(&self, key: u64, deadline: Deadline) -> Result<()> {
+        self.take_async(binding_holder(key), deadline).await
+    }
+
+    /// [`Lock::release_async`] for the holder `key`.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if `key` holds nothing.
+    pub async fn release_for_async(&self, key: u64) -> Result<bool> {
+        self.release_holder_async(binding_holder(key)).await
+    }
+
+    /// The async twin of [`Lock::leave`], for the holder `key` (see
+    /// [`Lock::acquire_for_async`]): Ok(true) in a process forked inside
+    /// the block, whose hold is the parent's.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if `key` holds nothing.
+    pub async fn leave_for_async(&self, key: u64) -> Result<bool> {
+        match self.holds.leave_out(binding_holder(key))? {
+            Some(hold) => self
+                .holds
+                .released(self.semaphore.release_async(hold).await),
+            None => Ok(true),
+        }
+    }
+
+    /// The async twin of [`Lock::locked`].
+    pub async fn locked_async(&self) -> Result<bool> {
+        Ok(self.semaphore.inspect_async(None).await?.0 > 0)
     }
 
     async fn take_async(&self, holder: u64, deadline: Deadline) -> Result<()> {

@@ -323,16 +323,35 @@ impl Semaphore {
     /// (or last adopted) it: from now on only this process's refresher
     /// extends the lease, renewed at once. Ok(None) when the slot is gone.
     pub(crate) fn adopt(&self, token: &str) -> Result<Option<Hold>> {
-        let s = &self.slots;
         let refresher = random_hex(16);
         let sent = Stamp::now();
-        let reply: Vec<i64> = s.route.run("adopt", COMMAND_TIMEOUT, |conn| {
-            prepare(&SCRIPTS.adopt, &s.keys, s.shape.limit(), conn.fence_base())
-                .arg(token)
-                .arg(s.lease.ttl_ms())
-                .arg(&refresher)
+        let reply: Vec<i64> = self.slots.route.run("adopt", COMMAND_TIMEOUT, |conn| {
+            self.adopt_script(conn.fence_base(), token, &refresher)
                 .invoke(conn)
         })?;
+        self.adopted(token, &refresher, sent, &reply)
+    }
+
+    fn adopt_script(
+        &self,
+        fence_base: u64,
+        token: &str,
+        refresher: &str,
+    ) -> ScriptInvocation<'static> {
+        let s = &self.slots;
+        let mut invocation = prepare(&SCRIPTS.adopt, &s.keys, s.shape.limit(), fence_base);
+        invocation.arg(token).arg(s.lease.ttl_ms()).arg(refresher);
+        invocation
+    }
+
+    /// The hold the adopt script's `reply` gave `refresher`, if any.
+    fn adopted(
+        &self,
+        token: &str,
+        refresher: &str,
+        sent: Stamp,
+        reply: &[i64],
+    ) -> Result<Option<Hold>> {
         let [adopted, fence, deadline_ms, now_ms] = reply[..] else {
             return Err(self.slots.protocol_error("adopt"));
         };
@@ -353,7 +372,7 @@ impl Semaphore {
             fence as u64,
             valid_until,
             false,
-            &refresher,
+            refresher,
         )
         .map(Some)
     }

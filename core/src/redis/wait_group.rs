@@ -233,10 +233,15 @@ impl WaitGroup {
         let Some(hold) = self.semaphore.adopt(token)? else {
             return Ok(false);
         };
+        self.adopted(token, hold);
+        Ok(true)
+    }
+
+    /// Keeps an adopted slot (in a block still, if it was taken for one).
+    fn adopted(&self, token: &str, hold: Hold) {
         let mut slots = self.slots.get();
         let in_block = slots.get(token).is_some_and(|held| held.in_block);
         slots.insert(token.to_owned(), Held { hold, in_block });
-        Ok(true)
     }
 
     /// Ends a block that took the slot of `token` (a [`Slot`]'s drop, a
@@ -326,12 +331,46 @@ impl WaitGroup {
         Ok(Slot::for_task(self, token))
     }
 
-    /// The async twin of [`WaitGroup::add`].
+    /// The async twin of [`WaitGroup::add`], waiting until `deadline` (a
+    /// [`Deadline`], or a timeout: None waits forever, zero tries once).
     ///
     /// # Errors
     /// [`Error::Timeout`] when the wait runs out.
-    pub async fn add_async(&self, timeout: Option<Duration>) -> Result<String> {
-        self.take_async(Deadline::after(timeout), false).await
+    pub async fn add_async(&self, deadline: impl Into<Deadline>) -> Result<String> {
+        self.take_async(deadline.into(), false).await
+    }
+
+    /// The async twin of [`WaitGroup::enter`]: a slot for a block that
+    /// ends with [`WaitGroup::leave`] (or [`WaitGroup::leave_in_background`]).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out.
+    pub async fn enter_async(&self, deadline: impl Into<Deadline>) -> Result<String> {
+        self.take_async(deadline.into(), true).await
+    }
+
+    /// The async twin of [`WaitGroup::adopt`].
+    ///
+    /// # Errors
+    /// Those of [`WaitGroup::adopt`].
+    pub async fn adopt_async(&self, token: &str) -> Result<bool> {
+        let Some(hold) = self.semaphore.adopt_async(token).await? else {
+            return Ok(false);
+        };
+        self.adopted(token, hold);
+        Ok(true)
+    }
+
+    /// The async twin of [`WaitGroup::leave`].
+    pub async fn leave_async(&self, token: &str) -> Result<bool> {
+        match self.slots.leave(token) {
+            Leaving::Held(held) => {
+                let freed = self.semaphore.release_async(held.hold).await;
+                self.warn_if_lost(freed)
+            }
+            Leaving::Inherited => Ok(true),
+            Leaving::NotHeld => Ok(false),
+        }
     }
 
     async fn take_async(&self, deadline: Deadline, in_block: bool) -> Result<String> {

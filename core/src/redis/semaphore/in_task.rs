@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::{listen_until, Attempt, Semaphore, RECHECK};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
+use crate::identity::random_hex;
 use crate::redis::hold::{Hold, TAKER};
 use crate::redis::server::COMMAND_TIMEOUT;
 use crate::redis::slots::{Slots, WAITER_LEASE};
@@ -67,6 +68,21 @@ impl Semaphore {
     /// [`Semaphore::inspect`] for an async caller, on its runtime.
     pub(crate) async fn inspect_async(&self, token: Option<&str>) -> Result<(u32, bool)> {
         self.slots.inspect_async(token).await
+    }
+
+    /// [`Semaphore::adopt`] for an async caller, on its runtime.
+    pub(crate) async fn adopt_async(&self, token: &str) -> Result<Option<Hold>> {
+        let refresher = random_hex(16);
+        let sent = Stamp::now();
+        let reply: Vec<i64> = self
+            .slots
+            .route
+            .for_task(None, "adopt", COMMAND_TIMEOUT, true, |mut link| {
+                let adopt = self.adopt_script(link.fence_base(), token, &refresher);
+                async move { adopt.invoke_async(&mut link).await }
+            })
+            .await?;
+        self.adopted(token, &refresher, sent, &reply)
     }
 
     /// [`Semaphore::release`] for an async caller, on its runtime.

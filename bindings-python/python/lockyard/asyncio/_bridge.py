@@ -1,0 +1,70 @@
+"""How ``lockyard.asyncio`` awaits the core: a native call starts the core's
+``_async`` future on lockyard's runtime and hands it an asyncio future,
+which the running loop settles when the eventfd of its ``Completions``
+turns readable. Also the holder key of the calling task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from lockyard._lockyard import Completions, Pending
+
+_numbers = itertools.count(1)
+_keys: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = weakref.WeakKeyDictionary()
+_inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Completions] = (
+    weakref.WeakKeyDictionary()
+)
+_inboxes_lock = threading.Lock()
+
+Start = Callable[[Completions, "asyncio.Future[Any]"], Pending]
+
+
+def holder() -> int:
+    """The calling task's holder key, unique for the life of the process: a
+    task's ``id()`` may come back for a new task once it ended, and must not
+    hand that one its holds.
+    """
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("lockyard.asyncio calls must run inside an asyncio Task")
+    key = _keys.get(task)
+    if key is None:
+        key = _keys[task] = next(_numbers)
+    return key
+
+
+def _inbox(loop: asyncio.AbstractEventLoop) -> Completions:
+    """The loop's ``Completions``, watched by the loop from its first use."""
+    with _inboxes_lock:
+        inbox = _inboxes.get(loop)
+        if inbox is None:
+            inbox = _inboxes[loop] = Completions()
+            loop.add_reader(inbox.fileno(), inbox.drain)
+        return inbox
+
+
+async def settle(start: Start, undo: Callable[[Any], None] | None = None) -> Any:
+    """Starts a core future with ``start(inbox, future)`` and awaits its
+    outcome. Cancelled meanwhile, the core future is dropped (and gives up
+    whatever it waited for); an outcome that arrived but was never seen by
+    this task (cancelled just after) is given back with ``undo``.
+    """
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    pending = start(_inbox(loop), future)
+    try:
+        return await future
+    except BaseException:
+        if future.done() and not future.cancelled() and future.exception() is None:
+            if undo is not None:
+                undo(future.result())
+        else:
+            pending.cancel()
+            future.cancel()
+        raise

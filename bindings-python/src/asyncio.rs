@@ -1,0 +1,155 @@
+//! The bridge under `lockyard.asyncio`: a core `_async` future runs on
+//! lockyard's runtime, and its outcome reaches the asyncio loop that awaits
+//! it through an eventfd the loop watches (`loop.add_reader`). Neither a
+//! waiting coroutine nor the runtime holds a thread or the GIL for it: the
+//! runtime's thread only queues the finished outcome and writes the
+//! eventfd; the loop's thread, attached already, turns it into Python
+//! objects when it reads the eventfd. Cancelling the awaiting task drops
+//! the core future, which leaves nothing held or queued; an outcome that
+//! arrives for a future nobody awaits any more is abandoned (a hold given
+//! back), never dropped on the floor.
+
+use std::future::Future;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use pyo3::types::PyAny;
+
+use crate::error;
+
+/// What a finished core future hands the loop: called with the loop's
+/// interpreter to make the awaited result, or with None to abandon it.
+type Finish = Box<dyn for<'py> FnOnce(Option<Python<'py>>) -> PyResult<Py<PyAny>> + Send>;
+
+/// One asyncio loop's inbox of finished core futures.
+#[pyclass(frozen, module = "lockyard._lockyard")]
+pub(crate) struct Completions {
+    eventfd: OwnedFd,
+    finished: Mutex<Vec<(Py<PyAny>, Finish)>>,
+}
+
+#[pymethods]
+impl Completions {
+    #[new]
+    fn new() -> PyResult<Self> {
+        // SAFETY: eventfd takes no pointers; a valid descriptor is owned here.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(Completions {
+            // SAFETY: `fd` was just created and is owned by nothing else.
+            eventfd: unsafe { OwnedFd::from_raw_fd(fd) },
+            finished: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The descriptor to pass to ``loop.add_reader``.
+    fn fileno(&self) -> RawFd {
+        self.eventfd.as_raw_fd()
+    }
+
+    /// The reader callback: settles every future whose core work finished.
+    /// A future that is done already (its task was cancelled) gets nothing,
+    /// and what its work took is given back.
+    fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        let mut count = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into `count`; EAGAIN is harmless.
+        unsafe { libc::read(self.eventfd.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        let finished =
+            std::mem::take(&mut *self.finished.lock().unwrap_or_else(|e| e.into_inner()));
+        for (future, finish) in finished {
+            let future = future.bind(py);
+            if future.call_method0("done")?.is_truthy()? {
+                let _ = finish(None);
+                continue;
+            }
+            match finish(Some(py)) {
+                Ok(value) => future.call_method1("set_result", (value,))?,
+                Err(e) => future.call_method1("set_exception", (e.into_value(py),))?,
+            };
+        }
+        Ok(())
+    }
+}
+
+impl Completions {
+    fn push(&self, future: Py<PyAny>, finish: Finish) {
+        self.finished
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((future, finish));
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from `one`; a full counter (EAGAIN) still
+        // leaves the eventfd readable, which is all the loop needs.
+        unsafe { libc::write(self.eventfd.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+/// A core future in flight for an asyncio future; ``cancel()`` drops it.
+#[pyclass(frozen, module = "lockyard._lockyard")]
+pub(crate) struct Pending(lockyard::Detached);
+
+#[pymethods]
+impl Pending {
+    /// Drops the core future at its next await (its task was cancelled).
+    fn cancel(&self) {
+        self.0.abort();
+    }
+}
+
+/// Runs `work` on lockyard's runtime and settles the asyncio `future` on
+/// `completions`' loop with its outcome: `deliver` makes the result, and
+/// `abandon` gives back what a successful outcome took when nobody awaits
+/// it any more.
+pub(crate) fn settle<T, W>(
+    completions: &Bound<'_, Completions>,
+    future: &Bound<'_, PyAny>,
+    work: W,
+    deliver: for<'py> fn(Python<'py>, T) -> PyResult<Py<PyAny>>,
+    abandon: impl FnOnce(T) + Send + 'static,
+) -> Pending
+where
+    T: Send + 'static,
+    W: Future<Output = lockyard::Result<T>> + Send + 'static,
+{
+    let completions = completions.clone().unbind();
+    let future = future.clone().unbind();
+    Pending(lockyard::detach(async move {
+        let outcome = work.await;
+        let finish: Finish = Box::new(move |py| match (py, outcome) {
+            (Some(py), Ok(value)) => deliver(py, value),
+            (Some(py), Err(e)) => Err(error::to_py(py, e)),
+            (None, Ok(value)) => {
+                abandon(value);
+                Err(pyo3::exceptions::PyRuntimeError::new_err("abandoned"))
+            }
+            (None, Err(_)) => Err(pyo3::exceptions::PyRuntimeError::new_err("abandoned")),
+        });
+        completions.get().push(future, finish);
+    }))
+}
+
+/// A result of no value.
+pub(crate) fn none(py: Python<'_>, (): ()) -> PyResult<Py<PyAny>> {
+    Ok(py.None())
+}
+
+/// A bool result.
+pub(crate) fn boolean(py: Python<'_>, value: bool) -> PyResult<Py<PyAny>> {
+    Ok(pyo3::types::PyBool::new(py, value)
+        .to_owned()
+        .into_any()
+        .unbind())
+}
+
+/// A str result (a slot's token).
+pub(crate) fn string(py: Python<'_>, value: String) -> PyResult<Py<PyAny>> {
+    Ok(pyo3::types::PyString::new(py, &value).into_any().unbind())
+}
+
+/// An int result (a count).
+pub(crate) fn number(py: Python<'_>, value: u32) -> PyResult<Py<PyAny>> {
+    Ok(value.into_pyobject(py)?.into_any().unbind())
+}
