@@ -352,20 +352,33 @@ impl Server {
         channel: Channel,
         operation: &str,
         deadline: Instant,
-        call: impl FnOnce(MultiplexedConnection, u64) -> F,
+        call: impl Fn(MultiplexedConnection, u64) -> F,
     ) -> std::result::Result<T, Failure>
     where
         F: std::future::Future<Output = RedisResult<T>>,
     {
         let outcome = tokio::time::timeout_at(deadline.into(), async {
-            let (node, conn) = match channel {
-                Channel::Background => self.background_node().await,
-                Channel::Caller => self.caller_connection().await,
-            }
-            .map_err(Failure::Unreachable)?;
-            match call(conn.clone(), node.fence_base).await {
-                Ok(value) => Ok((value, node, conn)),
-                Err(e) => Err(Failure::of(&self.name, operation, e)),
+            let mut stale_replaced = false;
+            loop {
+                let (node, conn, pooled) = match channel {
+                    Channel::Background => self.background_node().await.map(|(n, c)| (n, c, false)),
+                    Channel::Caller => self.caller_connection(!stale_replaced).await,
+                }
+                .map_err(Failure::Unreachable)?;
+                match call(conn.clone(), node.fence_base).await {
+                    Ok(value) => return Ok((value, node, conn)),
+                    // A pooled caller's connection the server closed while
+                    // it was idle (a restart, its `timeout`, a proxy) is
+                    // replaced once, as the blocking pool does: its driver
+                    // had ended, so it never carried the request.
+                    Err(e) if pooled && !stale_replaced && e.is_connection_dropped() => {
+                        // The master may have died: behind Sentinel, ask again.
+                        self.forget(&node);
+                        self.forget_caller_connections(&node);
+                        stale_replaced = true;
+                    }
+                    Err(e) => return Err(Failure::of(&self.name, operation, e)),
+                }
             }
         })
         .await
@@ -402,9 +415,14 @@ impl Server {
     /// An idle connection of this process on the calling task's runtime,
     /// or a new one made there: its I/O then runs on the caller's runtime,
     /// and a connection made on a runtime since shut down is never used.
-    async fn caller_connection(&self) -> Result<(Arc<Node>, MultiplexedConnection)> {
+    async fn caller_connection(
+        &self,
+        from_pool: bool,
+    ) -> Result<(Arc<Node>, MultiplexedConnection, bool)> {
         let runtime = tokio::runtime::Handle::current().id();
-        let pooled = {
+        let pooled = if !from_pool {
+            None
+        } else {
             let mut idle = self.async_idle.lock().unwrap_or_else(|e| e.into_inner());
             let pid = std::process::id();
             if idle.0 != pid {
@@ -416,14 +434,21 @@ impl Server {
         if let Some(pooled) = pooled {
             if self.is_current(&pooled.node) && self.still_master_in_background(&pooled.node).await
             {
-                return Ok((pooled.node, pooled.conn));
+                return Ok((pooled.node, pooled.conn, true));
             }
         }
         let node = self.node_in_background().await?;
         // No response timeout of its own: each call's deadline bounds it,
         // and a BLPOP may rightly block longer than any fixed one.
         let conn = self.connect_async(&node, None).await?;
-        Ok((node, conn))
+        Ok((node, conn, false))
+    }
+
+    /// A pooled connection to `node` turned out closed: the others idle
+    /// beside it most likely are too (the server restarted), and go.
+    fn forget_caller_connections(&self, node: &Arc<Node>) {
+        let mut idle = self.async_idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.1.retain(|c| !Arc::ptr_eq(&c.node, node));
     }
 
     /// A new multiplexed connection to `node`, driven by the calling task's

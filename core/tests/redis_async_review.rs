@@ -1,0 +1,82 @@
+//! Review of the `_async` twins of the Redis Lock and WaitGroup: each test
+//! reproduces a finding against a real redis-server.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockyard::redis::{Lock, WaitGroup};
+use support::RedisServer;
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+fn lock(server: &RedisServer, name: &str) -> Arc<Lock> {
+    Arc::new(Lock::builder(server.url(), name).build().unwrap())
+}
+
+/// Closes every client connection but the one asking, as a server's idle
+/// `timeout`, a proxy or a restart does.
+fn kill_clients(server: &RedisServer) {
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut server.raw().unwrap())
+        .unwrap();
+}
+
+/// Found by review: the async callers' pool handed out a connection the
+/// server had closed, and the request failed on it; the blocking pool
+/// replaces such a stale connection once (it never carried the request).
+#[tokio::test(flavor = "current_thread")]
+async fn an_acquire_on_a_pooled_connection_the_server_closed_succeeds() {
+    let server = RedisServer::start();
+    let lock = lock(&server, "stale-acquire");
+    // Leaves a connection of this runtime in the pool.
+    lock.acquire_async(None)
+        .await
+        .unwrap()
+        .release_async()
+        .await
+        .unwrap();
+    kill_clients(&server);
+    tokio::time::sleep(MS(100)).await;
+    let guard = lock.acquire_async(Some(MS(2000))).await.unwrap();
+    assert!(guard.release_async().await.unwrap());
+}
+
+/// Found by review: a release on a stale pooled connection failed with a
+/// connection error, and the lock stayed held (its refresher already
+/// stopped) until its lease ran out: every waiter waited a whole ttl.
+#[tokio::test(flavor = "current_thread")]
+async fn a_release_on_a_pooled_connection_the_server_closed_frees_the_lock() {
+    let server = RedisServer::start();
+    let lock = lock(&server, "stale-release");
+    let guard = lock.acquire_async(None).await.unwrap();
+    kill_clients(&server);
+    tokio::time::sleep(MS(100)).await;
+    assert!(guard.release_async().await.unwrap(), "released");
+    let other = self::lock(&server, "stale-release");
+    assert!(
+        other.try_acquire_async().await.unwrap().is_some(),
+        "the lock is free"
+    );
+}
+
+/// The same for a WaitGroup slot and its count.
+#[tokio::test(flavor = "current_thread")]
+async fn a_wait_group_on_pooled_connections_the_server_closed_still_works() {
+    let server = RedisServer::start();
+    let group = WaitGroup::builder(server.url(), "stale-group", 2)
+        .build()
+        .unwrap();
+    let slot = group.acquire_async(None).await.unwrap();
+    kill_clients(&server);
+    tokio::time::sleep(MS(100)).await;
+    assert_eq!(group.count_async().await.unwrap(), 1);
+    kill_clients(&server);
+    tokio::time::sleep(MS(100)).await;
+    assert!(slot.release_async().await.unwrap());
+    assert_eq!(group.count_async().await.unwrap(), 0);
+}
