@@ -80,3 +80,44 @@ async fn a_wait_group_on_pooled_connections_the_server_closed_still_works() {
     assert!(slot.release_async().await.unwrap());
     assert_eq!(group.count_async().await.unwrap(), 0);
 }
+
+async fn poll_once<F: std::future::Future + Unpin>(future: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        out = future => Some(out),
+        () = std::future::ready(()) => None,
+    }
+}
+
+/// Found by review: `done_async` of a token this process does not hold
+/// (another process's `add`) had no drop guard, unlike every other async
+/// release: dropped before its answer (a `timeout`, a `select!`), the
+/// request on the dropped connection was never sent, and the slot stayed
+/// taken until its lease ran out.
+#[tokio::test(flavor = "current_thread")]
+async fn a_done_of_a_foreign_token_dropped_before_its_answer_still_frees_the_slot() {
+    let server = RedisServer::start();
+    let adder = WaitGroup::builder(server.url(), "foreign-done", 5)
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let doer = WaitGroup::builder(server.url(), "foreign-done", 5)
+        .build()
+        .unwrap();
+    // Leaves a connection of this runtime in the pool.
+    assert_eq!(doer.count_async().await.unwrap(), 0);
+    let token = adder.add_async(None).await.unwrap();
+    assert_eq!(doer.count_async().await.unwrap(), 1);
+    {
+        let mut done = std::pin::pin!(doer.done_async(&token));
+        let _ = poll_once(done.as_mut()).await;
+    }
+    let deadline = tokio::time::Instant::now() + MS(2000);
+    while doer.count_async().await.unwrap() != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot stays taken after a dropped done"
+        );
+        tokio::time::sleep(MS(20)).await;
+    }
+}

@@ -60,9 +60,17 @@ impl Drop for Releasing<'_> {
 }
 
 impl Semaphore {
-    /// [`Semaphore::release_token`] for an async caller, on its runtime.
+    /// [`Semaphore::release_token`] for an async caller, on its runtime;
+    /// dropped before the answer, it finishes in the background.
     pub(crate) async fn release_token_async(&self, token: &str) -> Result<bool> {
-        self.slots.release_async(token).await
+        let mut releasing = Releasing {
+            semaphore: self,
+            token,
+            armed: true,
+        };
+        let released = self.slots.release_async(token).await;
+        releasing.armed = false;
+        released
     }
 
     /// [`Semaphore::inspect`] for an async caller, on its runtime.
@@ -89,14 +97,7 @@ impl Semaphore {
     pub(crate) async fn release_async(&self, hold: Hold) -> Result<bool> {
         let token = hold.token.clone();
         drop(hold);
-        let mut releasing = Releasing {
-            semaphore: self,
-            token: &token,
-            armed: true,
-        };
-        let released = self.slots.release_async(&token).await;
-        releasing.armed = false;
-        released
+        self.release_token_async(&token).await
     }
 
     /// [`Semaphore::acquire`] for an async caller: the wait ends at
