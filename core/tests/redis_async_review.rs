@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,4 +121,35 @@ async fn a_done_of_a_foreign_token_dropped_before_its_answer_still_frees_the_slo
         );
         tokio::time::sleep(MS(20)).await;
     }
+}
+
+/// Found by review: an `_async` call awaited outside a tokio runtime (a
+/// `futures` executor, a plain thread) panicked deep inside lockyard
+/// ("there is no reactor running"); it is a usage error, reported as one.
+#[test]
+fn an_async_call_outside_a_tokio_runtime_is_an_error_not_a_panic() {
+    use std::task::{Context, Poll, Waker};
+    let server = RedisServer::start();
+    let lock = lock(&server, "no-runtime");
+    let group = WaitGroup::builder(server.url(), "no-runtime-group", 2)
+        .build()
+        .unwrap();
+    let outcome = std::thread::spawn(move || {
+        let mut cx = Context::from_waker(Waker::noop());
+        let tried = std::pin::pin!(lock.try_acquire_async())
+            .as_mut()
+            .poll(&mut cx);
+        let waited = std::pin::pin!(lock.acquire_async(None))
+            .as_mut()
+            .poll(&mut cx);
+        let counted = std::pin::pin!(group.count_async()).as_mut().poll(&mut cx);
+        (
+            matches!(tried, Poll::Ready(Err(lockyard::Error::Config(_)))),
+            matches!(waited, Poll::Ready(Err(lockyard::Error::Config(_)))),
+            matches!(counted, Poll::Ready(Err(lockyard::Error::Config(_)))),
+        )
+    })
+    .join()
+    .expect("no panic");
+    assert_eq!(outcome, (true, true, true));
 }

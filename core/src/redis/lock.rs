@@ -316,7 +316,8 @@ impl Lock {
     ///
     /// # Errors
     /// Those of [`Lock::acquire`]; [`Error::AlreadyLocked`] if the calling
-    /// task holds it already.
+    /// task holds it already; [`Error::Config`] when awaited outside a
+    /// tokio runtime (as every `_async` call of lockyard).
     pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
         let holder = task_holder_number();
         self.take_async(holder, Deadline::after(timeout)).await?;

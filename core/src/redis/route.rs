@@ -286,6 +286,16 @@ impl Route {
     where
         F: std::future::Future<Output = RedisResult<T>>,
     {
+        // Its connections and timers are the caller runtime's: awaited
+        // anywhere else (a `futures` executor, a plain thread), tokio
+        // would panic deep inside; a usage error is reported as one.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::Config(format!(
+                "{operation} on {}: lockyard's _async calls must be awaited \
+                 on a tokio runtime (with its time and I/O drivers enabled)",
+                self.server().name
+            )));
+        }
         let started = Instant::now();
         let read_timeout = Caller::new(give_up_at, &|| false).read_timeout(limit, LEAST_TIME);
         let called = self.call(
