@@ -426,7 +426,9 @@ impl Server {
             let mut idle = self.async_idle.lock().unwrap_or_else(|e| e.into_inner());
             let pid = std::process::id();
             if idle.0 != pid {
-                *idle = (pid, Vec::new());
+                // Inherited from the parent: dropping them would wake their
+                // drivers on the parent's runtime, which has no thread here.
+                std::mem::forget(std::mem::replace(&mut *idle, (pid, Vec::new())));
             }
             let found = idle.1.iter().rposition(|c| c.runtime == runtime);
             found.map(|at| idle.1.remove(at))
