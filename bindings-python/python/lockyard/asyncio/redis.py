@@ -14,7 +14,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from lockyard._errors import Error
+from lockyard._errors import ConfigError, Error
 from lockyard._lockyard import (
     AsyncRedisLock,
     AsyncRedisWaitGroup,
@@ -259,15 +259,28 @@ class WaitGroup:
 
 class Slot:
     """One slot of a ``WaitGroup``, taken by ``async with wg.slot() as
-    slot:`` and freed when the block ends."""
+    slot:`` and freed when the block ends. Like the sync ``Slot``, it is
+    entered once: a second ``async with`` (another task's, even while the
+    first waits) raises ``lockyard.ConfigError`` instead of taking a slot
+    whose token would overwrite the first's, which then stays taken."""
 
     def __init__(self, group: WaitGroup, timeout: float | None) -> None:
         self._group = group
         self._timeout = timeout
         self._token: str | None = None
+        self._entered = False
 
     async def __aenter__(self) -> Self:
-        self._token = await self._group._take(self._timeout, in_block=True)
+        if self._entered:
+            raise ConfigError(
+                "this slot was taken already: call wg.slot() for each `async with`"
+            )
+        self._entered = True
+        try:
+            self._token = await self._group._take(self._timeout, in_block=True)
+        except BaseException:
+            self._entered = False
+            raise
         return self
 
     async def __aexit__(
