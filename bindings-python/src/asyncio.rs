@@ -52,26 +52,41 @@ impl Completions {
 
     /// The reader callback: settles every future whose core work finished.
     /// A future that is done already (its task was cancelled) gets nothing,
-    /// and what its work took is given back.
+    /// and what its work took is given back. An error settling one future
+    /// (a KeyboardInterrupt raised by a signal handler inside
+    /// ``set_result``) does not strand the others: they are settled first,
+    /// and the first error is raised after.
     fn drain(&self, py: Python<'_>) -> PyResult<()> {
         let mut count = [0u8; 8];
         // SAFETY: reads at most 8 bytes into `count`; EAGAIN is harmless.
         unsafe { libc::read(self.eventfd.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
         let finished =
             std::mem::take(&mut *self.finished.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut first_error = None;
         for (future, finish) in finished {
-            let future = future.bind(py);
-            if future.call_method0("done")?.is_truthy()? {
-                let _ = finish(None);
-                continue;
+            if let Err(e) = settle_one(py, future.bind(py), finish) {
+                first_error.get_or_insert(e);
             }
-            match finish(Some(py)) {
-                Ok(value) => future.call_method1("set_result", (value,))?,
-                Err(e) => future.call_method1("set_exception", (e.into_value(py),))?,
-            };
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
+}
+
+/// Settles `future` with `finish`'s outcome, or abandons it if `future` is
+/// done already (or cannot even say whether it is).
+fn settle_one(py: Python<'_>, future: &Bound<'_, PyAny>, finish: Finish) -> PyResult<()> {
+    let done = future
+        .call_method0("done")
+        .and_then(|done| done.is_truthy());
+    if done.as_ref().map_or(true, |done| *done) {
+        let _ = finish(None);
+        return done.map(drop);
+    }
+    match finish(Some(py)) {
+        Ok(value) => future.call_method1("set_result", (value,))?,
+        Err(e) => future.call_method1("set_exception", (e.into_value(py),))?,
+    };
+    Ok(())
 }
 
 impl Completions {
