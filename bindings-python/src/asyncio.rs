@@ -22,8 +22,11 @@ use crate::error;
 /// interpreter to make the awaited result, or with None to abandon it.
 type Finish = Box<dyn for<'py> FnOnce(Option<Python<'py>>) -> PyResult<Py<PyAny>> + Send>;
 
-/// One asyncio loop's inbox of finished core futures.
-#[pyclass(frozen, module = "lockyard._lockyard")]
+/// One asyncio loop's inbox of finished core futures. Weakly referenced
+/// (``lockyard.asyncio._bridge`` keeps it per loop without keeping it
+/// alive): the loop's reader holds it, and once the loop is closed and its
+/// inbox freed, the outcomes it still held are given back.
+#[pyclass(frozen, weakref, module = "lockyard._lockyard")]
 pub(crate) struct Completions {
     eventfd: OwnedFd,
     finished: Mutex<Vec<(Py<PyAny>, Finish)>>,
@@ -132,18 +135,43 @@ where
     let completions = completions.clone().unbind();
     let future = future.clone().unbind();
     Pending(lockyard::detach(async move {
-        let outcome = work.await;
-        let finish: Finish = Box::new(move |py| match (py, outcome) {
-            (Some(py), Ok(value)) => deliver(py, value),
-            (Some(py), Err(e)) => Err(error::to_py(py, e)),
-            (None, Ok(value)) => {
-                abandon(value);
-                Err(pyo3::exceptions::PyRuntimeError::new_err("abandoned"))
+        let mut unclaimed = Unclaimed {
+            outcome: Some(work.await),
+            abandon: Some(abandon),
+        };
+        let finish: Finish = Box::new(move |py| {
+            let outcome = unclaimed.outcome.take();
+            match (py, outcome) {
+                (Some(py), Some(Ok(value))) => deliver(py, value),
+                (Some(py), Some(Err(e))) => Err(error::to_py(py, e)),
+                (None, Some(Ok(value))) => {
+                    if let Some(abandon) = unclaimed.abandon.take() {
+                        abandon(value);
+                    }
+                    Err(pyo3::exceptions::PyRuntimeError::new_err("abandoned"))
+                }
+                _ => Err(pyo3::exceptions::PyRuntimeError::new_err("abandoned")),
             }
-            (None, Err(_)) => Err(pyo3::exceptions::PyRuntimeError::new_err("abandoned")),
         });
         completions.get().push(future, finish);
     }))
+}
+
+/// A finished core future's outcome until the loop claims it. Dropped
+/// unclaimed (its loop closed before it read its inbox, and the inbox was
+/// dropped with it), a successful outcome is given back with `abandon`
+/// rather than kept, and refreshed, for as long as the lock lives.
+struct Unclaimed<T, A: FnOnce(T)> {
+    outcome: Option<lockyard::Result<T>>,
+    abandon: Option<A>,
+}
+
+impl<T, A: FnOnce(T)> Drop for Unclaimed<T, A> {
+    fn drop(&mut self) {
+        if let (Some(Ok(value)), Some(abandon)) = (self.outcome.take(), self.abandon.take()) {
+            abandon(value);
+        }
+    }
 }
 
 /// A result of no value.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 import time
 from collections.abc import Callable
@@ -39,6 +40,33 @@ def test_one_slot_entered_by_two_tasks_leaks_no_slot(redis: Redis, name: str) ->
         assert isinstance(results[1], lockyard.ConfigError), results
 
     asyncio.run(main())
+
+
+def test_a_loop_closed_with_a_grant_in_its_inbox_gives_it_back(
+    redis: Redis, name: str
+) -> None:
+    from lockyard.redis import Lock as SyncLock
+
+    blocker = SyncLock(redis.url, name)
+    blocker.acquire()
+    lock = Lock(redis.url, name)
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(lock.acquire())
+    loop.run_until_complete(asyncio.sleep(0.3))  # the acquire waits in line
+    assert not task.done()
+    blocker.release()  # hands the lock to the waiting acquire...
+    time.sleep(0.3)  # ...whose grant lands in an inbox nobody reads again
+    task._log_destroy_pending = False  # type: ignore[attr-defined]
+    loop.close()
+    del task, loop
+    gc.collect()
+
+    async def locked() -> bool:
+        return await lock.locked()
+
+    assert eventually(lambda: not asyncio.run(locked())), (
+        "held by a task of a closed loop"
+    )
 
 
 class _FlakyLoop(asyncio.SelectorEventLoop):

@@ -17,9 +17,14 @@ from lockyard._lockyard import Completions, Pending
 
 _numbers = itertools.count(1)
 _keys: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = weakref.WeakKeyDictionary()
-_inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Completions] = (
-    weakref.WeakKeyDictionary()
-)
+# Each loop's inbox, held (strongly) only by the loop's reader: a strong
+# value here would keep the loop alive through the futures waiting in its
+# inbox (future -> task -> coroutine -> loop), so that a loop closed with
+# outcomes unread would never be freed, nor would those outcomes be given
+# back.
+_inboxes: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.ReferenceType[Completions]
+] = weakref.WeakKeyDictionary()
 _inboxes_lock = threading.Lock()
 
 Start = Callable[[Completions, "asyncio.Future[Any]"], Pending]
@@ -42,10 +47,12 @@ def holder() -> int:
 def _inbox(loop: asyncio.AbstractEventLoop) -> Completions:
     """The loop's ``Completions``, watched by the loop from its first use."""
     with _inboxes_lock:
-        inbox = _inboxes.get(loop)
+        known = _inboxes.get(loop)
+        inbox = known() if known is not None else None
         if inbox is None:
-            inbox = _inboxes[loop] = Completions()
+            inbox = Completions()
             loop.add_reader(inbox.fileno(), inbox.drain)
+            _inboxes[loop] = weakref.ref(inbox)
         return inbox
 
 
