@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -107,3 +108,42 @@ def test_an_error_in_the_middle_of_drain_strands_no_other_future(
         loop.run_until_complete(main())
     finally:
         loop.close()
+
+
+def test_ctrl_c_while_tasks_wait_leaves_nobody_in_line(
+    redis: Redis, name: str, spawn: Spawn
+) -> None:
+    from lockyard.redis import Lock as SyncLock
+
+    blocker = SyncLock(redis.url, name)
+    for run in range(3):
+        assert blocker.try_acquire()
+        child = spawn(
+            """
+            import asyncio, sys
+            from lockyard.asyncio.redis import Lock
+            async def main():
+                lock = Lock(sys.argv[1], sys.argv[2])
+                async def one():
+                    async with lock:
+                        pass
+                tasks = [asyncio.create_task(one()) for _ in range(20)]
+                await asyncio.sleep(0.5)
+                print("waiting", flush=True)
+                await asyncio.gather(*tasks)
+            asyncio.run(main())
+            """,
+            redis.url,
+            name,
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "waiting"
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=15) == -signal.SIGINT
+        queue = redis.command("ZCARD", f"lockyard:{{{name}}}:queue")
+        assert queue == 0, f"run {run}: {queue} cancelled waiters left in line"
+        blocker.release()
+        # Free at once, not after the 2 s handoff window of a waiter gone.
+        after = SyncLock(redis.url, name)
+        assert after.try_acquire(), f"run {run}"
+        after.release()

@@ -4,7 +4,7 @@
 //! only touch atomics, so they never call into Python or Ruby.
 
 use std::future::Future;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::{Builder, Handle};
@@ -57,13 +57,59 @@ where
 /// lets it run on; [`Detached::abort`] drops the future at its next await,
 /// which then cleans up as any dropped `_async` future does.
 #[derive(Debug)]
-pub struct Detached(tokio::task::AbortHandle);
+pub struct Detached {
+    task: tokio::task::AbortHandle,
+    state: Arc<Mutex<Dropping>>,
+}
+
+/// Where a detached future is in being dropped: once aborted, an exiting
+/// process waits (see [`Background`]) until the future has been dropped,
+/// and so has handed its clean-up (a wait's give-up) to background work
+/// that exiting waits for as well.
+#[derive(Debug)]
+enum Dropping {
+    Running,
+    Aborted(#[allow(dead_code)] Background),
+    Dropped,
+}
 
 impl Detached {
     /// Drops the future (a caller that was cancelled); nothing once it
     /// finished.
     pub fn abort(&self) {
-        self.0.abort();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*state, Dropping::Running) {
+            *state = Dropping::Aborted(Background::started());
+        }
+        drop(state);
+        self.task.abort();
+    }
+}
+
+/// A detached future, which tells its [`Detached`] once it is dropped.
+struct Tracked<F> {
+    future: Option<std::pin::Pin<Box<F>>>,
+    state: Arc<Mutex<Dropping>>,
+}
+
+impl<F: Future<Output = ()>> Future for Tracked<F> {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        match self.future.as_mut() {
+            Some(future) => future.as_mut().poll(cx),
+            None => std::task::Poll::Ready(()),
+        }
+    }
+}
+
+impl<F> Drop for Tracked<F> {
+    fn drop(&mut self) {
+        drop(self.future.take());
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Dropping::Dropped;
     }
 }
 
@@ -72,13 +118,21 @@ pub fn detach<F>(future: F) -> Detached
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    Detached(spawn(future).abort_handle())
+    let state = Arc::new(Mutex::new(Dropping::Running));
+    let task = spawn(Tracked {
+        future: Some(Box::pin(future)),
+        state: state.clone(),
+    });
+    Detached {
+        task: task.abort_handle(),
+        state,
+    }
 }
 
 /// Runs `future` in the background, like [`spawn`], and makes an exiting
 /// process wait for it (see [`Background`]): for a delete that must reach
 /// the server even when the process ends right after asking for it.
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "redis"))]
 pub(crate) fn spawn_awaited<F>(future: F)
 where
     F: Future<Output = ()> + Send + 'static,
@@ -110,6 +164,7 @@ const EXIT_WAIT: Duration = Duration::from_secs(10);
 /// background just before the process exits (a lock freed by Ruby's
 /// finalizers at exit) would otherwise die with it and leave the lock to
 /// its `ttl`: so the process waits for them at exit, up to [`EXIT_WAIT`].
+#[derive(Debug)]
 struct Background;
 
 /// Background work not done yet in the process with this pid (a forked

@@ -173,8 +173,20 @@ impl Slots {
 
     /// Gives up `token` in the background, returning at once: for an async
     /// wait dropped before it ended (`in_flight`: see [`Slots::give_up`]).
+    /// An exiting process waits for the first try, as long as
+    /// [`Slots::give_up_async`] gives it: a waiter cancelled as its
+    /// process ends (Ctrl-C in `asyncio.run`) must not stay in line, to be
+    /// handed the lock, after it is gone. Later tries are not waited for.
     pub(crate) fn give_up_in_background(self: &Arc<Self>, token: String, in_flight: bool) {
-        self.leave_in_background(token, tombstone_ms(in_flight));
+        let slots = self.clone();
+        runtime::spawn_awaited(async move {
+            match slots.give_up_async(&token, in_flight).await {
+                Err(e) if e.is_transient() => {
+                    slots.leave_in_background(token, tombstone_ms(in_flight));
+                }
+                _ => {}
+            }
+        });
     }
 
     /// Hands a give-up to this name's one background worker, started if
