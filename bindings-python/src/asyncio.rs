@@ -11,7 +11,7 @@
 
 use std::future::Future;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
@@ -107,13 +107,38 @@ impl Completions {
 
 /// A core future in flight for an asyncio future; ``cancel()`` drops it.
 #[pyclass(frozen, module = "lockyard._lockyard")]
-pub(crate) struct Pending(lockyard::Detached);
+pub(crate) struct Pending(Arc<lockyard::Detached>);
 
 #[pymethods]
 impl Pending {
     /// Drops the core future at its next await (its task was cancelled).
     fn cancel(&self) {
         self.0.abort();
+    }
+}
+
+/// The core futures some coroutine still awaits, in this process.
+static AWAITED: Mutex<Vec<Weak<lockyard::Detached>>> = Mutex::new(Vec::new());
+
+impl Pending {
+    fn new(detached: lockyard::Detached) -> Pending {
+        let detached = Arc::new(detached);
+        let mut awaited = AWAITED.lock().unwrap_or_else(|e| e.into_inner());
+        awaited.retain(|pending| pending.strong_count() > 0);
+        awaited.push(Arc::downgrade(&detached));
+        Pending(detached)
+    }
+}
+
+/// The interpreter is exiting: every core future still awaited (by a loop
+/// in a daemon thread, which will never run again) is dropped, as a
+/// cancelled task's is, so that its waiter leaves the line instead of
+/// being handed the lock after the process is gone. Exit then waits for
+/// those give-ups (`lockyard::finish_background_work`).
+pub(crate) fn abort_all() {
+    let awaited = std::mem::take(&mut *AWAITED.lock().unwrap_or_else(|e| e.into_inner()));
+    for pending in awaited.iter().filter_map(Weak::upgrade) {
+        pending.abort();
     }
 }
 
@@ -134,7 +159,7 @@ where
 {
     let completions = completions.clone().unbind();
     let future = future.clone().unbind();
-    Pending(lockyard::detach(async move {
+    Pending::new(lockyard::detach(async move {
         let mut unclaimed = Unclaimed {
             outcome: Some(work.await),
             abandon: Some(abandon),

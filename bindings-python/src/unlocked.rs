@@ -170,6 +170,8 @@ pub(crate) fn before_exit(py: Python<'_>) {
     *EXITING.lock().unwrap_or_else(|e| e.into_inner()) =
         Some((std::process::id(), std::thread::current().id()));
     EXIT_STARTED.store(true, Ordering::Release);
+    // Waits of asyncio loops that will never run again leave their lines.
+    crate::asyncio::abort_all();
     // Not counted in flight like a call: this wait is for the count to
     // reach zero (clippy.toml bans detaching outside this file).
     #[allow(clippy::disallowed_methods)]

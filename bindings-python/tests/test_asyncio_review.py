@@ -147,3 +147,36 @@ def test_ctrl_c_while_tasks_wait_leaves_nobody_in_line(
         after = SyncLock(redis.url, name)
         assert after.try_acquire(), f"run {run}"
         after.release()
+
+
+def test_exiting_while_a_daemon_threads_loop_waits_leaves_nobody_in_line(
+    redis: Redis, name: str, spawn: Spawn
+) -> None:
+    from lockyard.redis import Lock as SyncLock
+
+    blocker = SyncLock(redis.url, name)
+    for run in range(3):
+        assert blocker.try_acquire()
+        child = spawn(
+            """
+            import asyncio, sys, threading, time
+            from lockyard.asyncio.redis import Lock
+            lock = Lock(sys.argv[1], sys.argv[2])
+            def run():
+                async def main():
+                    await lock.acquire()
+                asyncio.run(main())
+            threading.Thread(target=run, daemon=True).start()
+            time.sleep(0.5)
+            """,
+            redis.url,
+            name,
+        )
+        _, err = child.communicate(timeout=30)
+        assert child.returncode == 0, f"run {run}: {err}"
+        queue = redis.command("ZCARD", f"lockyard:{{{name}}}:queue")
+        assert queue == 0, f"run {run}: the exited waiter stayed in line"
+        blocker.release()
+        after = SyncLock(redis.url, name)
+        assert after.try_acquire(), f"run {run}: handed to a waiter gone"
+        after.release()
