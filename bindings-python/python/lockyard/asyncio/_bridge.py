@@ -73,5 +73,8 @@ async def settle(start: Start, undo: Callable[[Any], None] | None = None) -> Any
                 undo(future.result())
         else:
             pending.cancel()
-            future.cancel()
+            # A coroutine finalized after its loop closed cannot schedule
+            # the future's callbacks; the inbox gives its outcome back.
+            if not loop.is_closed():
+                future.cancel()
         raise
