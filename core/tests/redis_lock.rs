@@ -476,3 +476,28 @@ fn a_try_acquire_whose_reply_was_lost_does_not_keep_the_name() {
         "the name is held by the lost attempt's grant, which nobody can use or release"
     );
 }
+
+/// After a restart every pooled connection is dead: the first request after
+/// it retries on a fresh connection, not on the next dead one of the pool.
+/// (Found by a fresh-clone run: a test's server on a port an earlier test's
+/// server had used.)
+#[test]
+fn the_first_request_after_a_restart_succeeds_however_many_connections_were_pooled() {
+    let mut server = RedisServer::start();
+    let lock = Arc::new(lock(&server, "restarted"));
+    // Four threads at once leave four connections in the pool.
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                for _ in 0..5 {
+                    drop(lock.acquire(Some(Duration::from_secs(5))).unwrap());
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    server.restart();
+    assert!(!lock.locked().unwrap(), "a fresh server holds nothing");
+    drop(lock.acquire(Some(Duration::from_secs(5))).unwrap());
+}

@@ -296,8 +296,14 @@ impl Server {
                 },
                 Err(e) if caller.is_late() && e.is_timeout() => return Err(Failure::Late),
                 Err(e) if pooled && !stale_retried && e.is_connection_dropped() => {
-                    // The master may have died: its other pooled
-                    // connections go too.
+                    // The node restarted or the master died: its other
+                    // pooled connections are as dead, and the one retry
+                    // must not be spent on one of them.
+                    self.idle
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .1
+                        .retain(|idle| !Arc::ptr_eq(&idle.node, &conn.node));
                     self.forget(&conn.node);
                     stale_retried = true;
                 }
