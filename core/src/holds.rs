@@ -255,11 +255,10 @@ impl<V: Held + Send + 'static> PerHolder<V> {
         Ok(())
     }
 
-    /// Takes `holder`'s hold out for an async release.
+    /// Takes `holder`'s hold out, to be given back.
     ///
     /// # Errors
     /// [`Error::NotLocked`] if `holder` has none.
-    #[cfg(feature = "redis")]
     pub(crate) fn take_out(&self, holder: u64) -> Result<V> {
         self.table
             .holds
@@ -268,13 +267,12 @@ impl<V: Held + Send + 'static> PerHolder<V> {
             .ok_or_else(|| self.not_held())
     }
 
-    /// Takes out the hold of a block `holder` entered, for an async leave:
+    /// Takes out the hold of a block `holder` entered, to be given back:
     /// None in a process forked inside the block (the hold is the
     /// parent's, not this one's to end).
     ///
     /// # Errors
     /// [`Error::NotLocked`] if `holder` has none.
-    #[cfg(feature = "redis")]
     pub(crate) fn leave_out(&self, holder: u64) -> Result<Option<V>> {
         match self.table.holds.leave(&holder) {
             Leaving::Held(hold) => Ok(Some(hold)),
@@ -296,9 +294,8 @@ impl<V: Held + Send + 'static> PerHolder<V> {
         holder: u64,
         give_back: impl FnOnce(V) -> Result<bool>,
     ) -> Result<bool> {
-        let hold = self.table.holds.get().remove(&holder);
-        self.table
-            .warn_if_lost(give_back(hold.ok_or_else(|| self.not_held())?))
+        let hold = self.take_out(holder)?;
+        self.table.warn_if_lost(give_back(hold))
     }
 
     /// Ends a block `holder` entered: releases like [`PerHolder::release`],
@@ -309,10 +306,9 @@ impl<V: Held + Send + 'static> PerHolder<V> {
         holder: u64,
         give_back: impl FnOnce(V) -> Result<bool>,
     ) -> Result<bool> {
-        match self.table.holds.leave(&holder) {
-            Leaving::Held(hold) => self.table.warn_if_lost(give_back(hold)),
-            Leaving::Inherited => Ok(true),
-            Leaving::NotHeld => Err(self.not_held()),
+        match self.leave_out(holder)? {
+            Some(hold) => self.table.warn_if_lost(give_back(hold)),
+            None => Ok(true),
         }
     }
 

@@ -3,8 +3,9 @@
 //! async callers' requests run on their own runtime over pooled async
 //! connections made on it (see [`Channel::Caller`]); background refreshes
 //! use one multiplexed async connection per server. All are per process: a
-//! forked child never writes to a socket it inherited from its parent. A server behind Redis Sentinel follows its
-//! master through failovers (see [`super::sentinel`]).
+//! forked child never writes to a socket it inherited from its parent. A
+//! server behind Redis Sentinel follows its master through failovers (see
+//! [`super::sentinel`]).
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -299,11 +300,7 @@ impl Server {
                     // The node restarted or the master died: its other
                     // pooled connections are as dead, and the one retry
                     // must not be spent on one of them.
-                    self.idle
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .1
-                        .retain(|idle| !Arc::ptr_eq(&idle.node, &conn.node));
+                    self.forget_idle_connections(&conn.node);
                     self.forget(&conn.node);
                     stale_retried = true;
                 }
@@ -452,8 +449,14 @@ impl Server {
         Ok((node, conn, false))
     }
 
-    /// A pooled connection to `node` turned out closed: the others idle
-    /// beside it most likely are too (the server restarted), and go.
+    /// A pooled blocking connection to `node` turned out closed: the others
+    /// idle beside it most likely are too (the server restarted), and go.
+    fn forget_idle_connections(&self, node: &Arc<Node>) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.1.retain(|c| !Arc::ptr_eq(&c.node, node));
+    }
+
+    /// [`Server::forget_idle_connections`] for the async callers' pool.
     fn forget_caller_connections(&self, node: &Arc<Node>) {
         let mut idle = self.async_idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.1.retain(|c| !Arc::ptr_eq(&c.node, node));

@@ -170,10 +170,21 @@ impl WaitGroup {
         in_block: bool,
     ) -> Result<String> {
         let token = uuid4();
-        let hold = self
-            .semaphore
-            .acquire(&token, "", deadline, interrupted)?
-            .ok_or_else(|| deadline.ran_out(format!("a slot of {}", self.semaphore.what())))?;
+        let hold = self.semaphore.acquire(&token, "", deadline, interrupted)?;
+        self.keep_slot(token, hold, deadline, in_block)
+    }
+
+    /// Keeps the slot a wait until `deadline` took for `token` (None: the
+    /// deadline passed first, answered with [`Error::Timeout`]).
+    fn keep_slot(
+        &self,
+        token: String,
+        hold: Option<Hold>,
+        deadline: Deadline,
+        in_block: bool,
+    ) -> Result<String> {
+        let hold =
+            hold.ok_or_else(|| deadline.ran_out(format!("a slot of {}", self.semaphore.what())))?;
         self.slots
             .get()
             .insert(token.clone(), Held { hold, in_block });
@@ -364,10 +375,7 @@ impl WaitGroup {
     /// The async twin of [`WaitGroup::leave`].
     pub async fn leave_async(&self, token: &str) -> Result<bool> {
         match self.slots.leave(token) {
-            Leaving::Held(held) => {
-                let freed = self.semaphore.release_async(held.hold).await;
-                self.warn_if_lost(freed)
-            }
+            Leaving::Held(held) => self.free_async(held).await,
             Leaving::Inherited => Ok(true),
             Leaving::NotHeld => Ok(false),
         }
@@ -375,27 +383,22 @@ impl WaitGroup {
 
     async fn take_async(&self, deadline: Deadline, in_block: bool) -> Result<String> {
         let token = uuid4();
-        let hold = self
-            .semaphore
-            .acquire_async(&token, "", deadline)
-            .await?
-            .ok_or_else(|| deadline.ran_out(format!("a slot of {}", self.semaphore.what())))?;
-        self.slots
-            .get()
-            .insert(token.clone(), Held { hold, in_block });
-        Ok(token)
+        let hold = self.semaphore.acquire_async(&token, "", deadline).await?;
+        self.keep_slot(token, hold, deadline, in_block)
     }
 
     /// The async twin of [`WaitGroup::done`].
     pub async fn done_async(&self, token: &str) -> Result<bool> {
         let held = self.slots.get().remove(token);
         match held {
-            Some(held) => {
-                let freed = self.semaphore.release_async(held.hold).await;
-                self.warn_if_lost(freed)
-            }
+            Some(held) => self.free_async(held).await,
             None => self.semaphore.release_token_async(token).await,
         }
+    }
+
+    /// [`WaitGroup::free`] for an async caller, on its runtime.
+    async fn free_async(&self, held: Held) -> Result<bool> {
+        self.warn_if_lost(self.semaphore.release_async(held.hold).await)
     }
 
     /// The async twin of [`WaitGroup::wait`]: Ok(false) when the timeout

@@ -9,6 +9,7 @@ use super::super::caller::Caller;
 use super::super::scripts::{prepare, SCRIPTS};
 use super::super::server::COMMAND_TIMEOUT;
 use super::super::slots::WAITER_LEASE;
+use super::in_task::Leaving;
 use super::{Semaphore, RECHECK};
 use crate::error::{Error, Result};
 use crate::identity::random_hex;
@@ -48,11 +49,9 @@ impl Semaphore {
             return Ok(false);
         }
         let watcher = format!("watch-{}", random_hex(12));
-        let mut leaving = GiveUpOnDrop {
-            semaphore: self,
-            watcher: &watcher,
-            armed: true,
-        };
+        // A watch still on its way only watches again, for a waiter lease:
+        // no tombstone needed.
+        let mut leaving = Leaving::new(&self.slots, &watcher);
         let waited = match self.watch_until_idle_async(deadline.at(), &watcher).await {
             // The deadline came while a request was unanswered.
             Err(Error::Timeout { .. }) => Ok(false),
@@ -61,11 +60,11 @@ impl Semaphore {
         if !matches!(waited, Ok(true)) {
             let cancelled = self.slots.give_up_async(&watcher, false).await;
             if let (Ok(false), Err(e)) = (&waited, cancelled) {
-                leaving.armed = false;
+                leaving.disarm();
                 return Err(e);
             }
         }
-        leaving.armed = false;
+        leaving.disarm();
         waited
     }
 
@@ -89,9 +88,8 @@ impl Semaphore {
             if give_up_at.is_some_and(|at| Instant::now() >= at) {
                 return Ok(false);
             }
-            let listen_until = give_up_at.map_or(Instant::now() + RECHECK, |at| {
-                (Instant::now() + RECHECK).min(at)
-            });
+            let recheck_at = Instant::now() + RECHECK;
+            let listen_until = give_up_at.map_or(recheck_at, |at| recheck_at.min(at));
             if self
                 .listen_async(give_up_at, watcher, listen_until)
                 .await?
@@ -128,25 +126,6 @@ impl Semaphore {
             if self.listen(caller, watcher, listen_until)?.is_some() {
                 return Ok(true);
             }
-        }
-    }
-}
-
-/// Gives up an async wait's watcher when its future is dropped before the
-/// wait ended. A watch still on its way only watches again, for a waiter
-/// lease: no tombstone needed.
-struct GiveUpOnDrop<'a> {
-    semaphore: &'a Semaphore,
-    watcher: &'a str,
-    armed: bool,
-}
-
-impl Drop for GiveUpOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.semaphore
-                .slots
-                .give_up_in_background(self.watcher.to_owned(), false);
         }
     }
 }

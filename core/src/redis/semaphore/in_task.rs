@@ -17,15 +17,31 @@ use crate::redis::slots::{Slots, WAITER_LEASE};
 use crate::runtime;
 use crate::wait::Deadline;
 
-/// Gives up a wait's token when its future is dropped before the wait
-/// ended: the wait may be queued, may have been handed a slot, or may have
-/// an acquire on its way to the server (`in_flight`), which the give-up's
-/// tombstone then turns away.
-struct Leaving<'a> {
+/// Gives up a wait's token (a waiter's, or a `wait_idle` watcher's) when
+/// its future is dropped before the wait ended: the wait may be queued, may
+/// have been handed a slot, or may have an acquire on its way to the server
+/// (`in_flight`), which the give-up's tombstone then turns away.
+pub(super) struct Leaving<'a> {
     slots: &'a Arc<Slots>,
     token: &'a str,
     in_flight: bool,
     armed: bool,
+}
+
+impl<'a> Leaving<'a> {
+    pub(super) fn new(slots: &'a Arc<Slots>, token: &'a str) -> Self {
+        Leaving {
+            slots,
+            token,
+            in_flight: false,
+            armed: true,
+        }
+    }
+
+    /// The wait ended on its own: nothing to give up on drop.
+    pub(super) fn disarm(&mut self) {
+        self.armed = false;
+    }
 }
 
 impl Drop for Leaving<'_> {
@@ -113,12 +129,7 @@ impl Semaphore {
         if deadline.check()?.spent() {
             return Ok(None);
         }
-        let mut leaving = Leaving {
-            slots: &self.slots,
-            token,
-            in_flight: false,
-            armed: true,
-        };
+        let mut leaving = Leaving::new(&self.slots, token);
         if deadline.is_one_attempt() {
             // One attempt, which no deadline cuts short, and which queues
             // nothing unless granted.
@@ -137,7 +148,7 @@ impl Semaphore {
                 // presents again. Best effort, like a wait's give-up.
                 let _ = self.slots.give_up_async(token, true).await;
             }
-            leaving.armed = false;
+            leaving.disarm();
             return kept;
         }
         let waited = match self
@@ -152,11 +163,11 @@ impl Semaphore {
             // Leave the queue, and give back a slot handed over meanwhile.
             let cancelled = self.slots.give_up_async(token, leaving.in_flight).await;
             if let (Ok(None), Err(e)) = (&waited, cancelled) {
-                leaving.armed = false;
+                leaving.disarm();
                 return Err(e);
             }
         }
-        leaving.armed = false;
+        leaving.disarm();
         waited
     }
 
