@@ -15,6 +15,6 @@ pub(crate) fn run_command(py: Python<'_>, args: Vec<OsString>) -> PyResult<u8> {
     // The core's warnings go nowhere, as from the binary: the command says
     // what happened in its own one-line messages, and forwarding them
     // would add Python logging's last-resort lines (and its import time).
-    log::set_max_level(log::LevelFilter::Off);
+    crate::logging::silence();
     unlocked::detached(py, || Ok(lockyard_cli::main(args)))
 }

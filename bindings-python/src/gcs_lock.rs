@@ -1,6 +1,7 @@
 //! `lockyard.gcs.Lock`: the core GCS lock with the Redis lock's Python
 //! idioms and the Ruby gem's constructor options.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockyard::wait::InTime;
@@ -9,8 +10,8 @@ use pyo3::types::{PyAny, PyBool, PyDict, PyString};
 
 use crate::block;
 use crate::convert::{acquire_timeout, count, optional_seconds, seconds, text};
-use crate::error;
 use crate::unlocked::Unlocked;
+use crate::{error, logging};
 
 /// A distributed lock on one object in a Google Cloud Storage bucket.
 ///
@@ -35,11 +36,13 @@ pub(crate) struct GcsLock {
 impl GcsLock {
     /// Validates every option without sending a request: bad values raise
     /// ``lockyard.ConfigError``. ``timeout`` is the wait of ``with lock:``
-    /// (None: forever).
+    /// (None: forever). ``logger`` (a ``logging.Logger`` or adapter) gets
+    /// this lock's records, at every level, instead of the ``lockyard``
+    /// logger.
     #[new]
     #[pyo3(
-        signature = (bucket_name, path, *, instance_identity_prefix=None, thread_safe=None, ttl=None, refresh_interval=None, max_refresh_fails=None, backoff_min=None, backoff_max=None, backoff_multiplier=None, object_acl=None, cloud_storage_options=None, cloud_storage_bucket_options=None, timeout=None),
-        text_signature = "(bucket_name, path, *, instance_identity_prefix=None, thread_safe=True, ttl=300.0, refresh_interval=None, max_refresh_fails=3, backoff_min=1.0, backoff_max=30.0, backoff_multiplier=2.0, object_acl=None, cloud_storage_options=None, cloud_storage_bucket_options=None, timeout=None)"
+        signature = (bucket_name, path, *, instance_identity_prefix=None, thread_safe=None, ttl=None, refresh_interval=None, max_refresh_fails=None, backoff_min=None, backoff_max=None, backoff_multiplier=None, object_acl=None, cloud_storage_options=None, cloud_storage_bucket_options=None, timeout=None, logger=None),
+        text_signature = "(bucket_name, path, *, instance_identity_prefix=None, thread_safe=True, ttl=300.0, refresh_interval=None, max_refresh_fails=3, backoff_min=1.0, backoff_max=30.0, backoff_multiplier=2.0, object_acl=None, cloud_storage_options=None, cloud_storage_bucket_options=None, timeout=None, logger=None)"
     )]
     #[allow(
         clippy::too_many_arguments,
@@ -61,6 +64,7 @@ impl GcsLock {
         cloud_storage_options: Option<&Bound<'_, PyAny>>,
         cloud_storage_bucket_options: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
+        logger: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let thread_safe = match thread_safe {
             None => true,
@@ -123,6 +127,9 @@ impl GcsLock {
                 "skip_lookup" => builder,
                 other => return Err(unsupported(py, "cloud_storage_bucket_options", other)),
             };
+        }
+        if let Some(logger) = given(logger) {
+            builder = builder.log_sink(log_sink(&logger)?);
         }
         Ok(GcsLock {
             lock: Unlocked::build(py, || builder.build())?,
@@ -242,6 +249,35 @@ impl GcsLock {
         self.lock.call(py, |lock| lock.locked())
     }
 
+    /// ``owned()``, by the gem's name.
+    fn owned_according_to_server(&self, py: Python<'_>) -> PyResult<bool> {
+        self.owned(py)
+    }
+
+    /// ``locked()``, by the gem's name.
+    fn locked_according_to_server(&self, py: Python<'_>) -> PyResult<bool> {
+        self.locked(py)
+    }
+
+    /// Whether this thread holds the lock, by this process's own state (no
+    /// request; a hold lost since still counts until it is released).
+    fn owned_according_to_internal_state(&self, py: Python<'_>) -> PyResult<bool> {
+        self.lock
+            .call(py, |lock| Ok(lock.owned_according_to_internal_state()))
+    }
+
+    /// Whether any thread of this process holds the lock, by its own state.
+    fn locked_according_to_internal_state(&self, py: Python<'_>) -> PyResult<bool> {
+        self.lock
+            .call(py, |lock| Ok(lock.locked_according_to_internal_state()))
+    }
+
+    /// Seconds a hold lives without a refresh.
+    #[getter]
+    fn ttl(&self, py: Python<'_>) -> PyResult<f64> {
+        self.lock.call(py, |lock| Ok(lock.ttl().as_secs_f64()))
+    }
+
     /// This thread's holder identity, as stored in the object.
     #[getter]
     fn identity(&self, py: Python<'_>) -> PyResult<String> {
@@ -296,6 +332,24 @@ fn options<'py>(
             Ok((key, value))
         })
         .collect()
+}
+
+/// Sends a lock's records to `logger`, which must have a ``log`` method.
+fn log_sink(logger: &Bound<'_, PyAny>) -> PyResult<lockyard::gcs::LogSink> {
+    let loggable = logger
+        .getattr("log")
+        .map(|log| log.is_callable())
+        .unwrap_or(false);
+    if !loggable {
+        return Err(error::config(
+            logger.py(),
+            "logger must be a logging.Logger (or have its log method)".into(),
+        ));
+    }
+    let target: logging::Target = Arc::new(logger.clone().unbind());
+    Ok(Arc::new(move |level, message: &str| {
+        logging::push(level, message.to_owned(), Some(Arc::clone(&target)));
+    }))
 }
 
 fn unsupported(py: Python<'_>, what: &str, key: &str) -> PyErr {

@@ -34,7 +34,7 @@ mod wait_group;
 fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // A process forked after the import gets identities of its own.
     lockyard::note_process_start();
-    logging::install();
+    logging::install(module.py());
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Under backend-qualified names: `lockyard.redis.Lock` re-exports this
     // one, and other backends' classes are called `Lock` as well.

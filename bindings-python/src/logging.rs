@@ -1,51 +1,83 @@
-//! Core log records reach Python's `logging.getLogger("lockyard")`. The
-//! core logs partly from its background runtime thread, which must never
-//! call into Python (it would need the GIL, and a refresh must not wait for
-//! a busy interpreter), so records wait in a bounded queue and every
-//! Python-facing call, back on the interpreter anyway, forwards them.
+//! Core log records reach Python's `logging`: the `lockyard` logger, or the
+//! logger a lock was given (`GcsLock(logger=...)`).
+//!
+//! The core logs partly from its background runtime threads, which must
+//! never call into Python (they would need the GIL, and a refresh must not
+//! wait for a busy interpreter), so records wait in a bounded queue. Two
+//! hands empty it: every Python-facing call on its way back (so what a call
+//! logged is out before it returns), and a daemon thread that wakes when a
+//! record arrives (so what the background logs is out at once, not at the
+//! next call).
+//!
+//! Filtering is at the source and cheap: the `log` crate's maximum level
+//! follows the `lockyard` logger's effective level, read at the start of
+//! every call, so a disabled record costs one atomic load.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+
+use crate::unlocked;
 
 /// Enough for every refresh warning of many locks between two calls; past
 /// it, records are counted and dropped rather than growing without bound.
 const CAPACITY: usize = 1024;
 
+/// A Python logger records can be sent to instead of `lockyard`'s.
+pub(crate) type Target = Arc<Py<PyAny>>;
+
 struct Record {
     level: log::Level,
     message: String,
+    to: Option<Target>,
 }
 
 static QUEUE: Mutex<VecDeque<Record>> = Mutex::new(VecDeque::new());
+/// Signalled when a record is queued, for the forwarding thread.
+static ARRIVED: Condvar = Condvar::new();
 static DROPPED: AtomicUsize = AtomicUsize::new(0);
+/// The process whose thread is handing records to Python (0: none), see
+/// [`Emitting`].
+static EMITTING: AtomicU32 = AtomicU32::new(0);
+/// The process whose forwarding thread runs (0: none yet): a forked child
+/// has no such thread and starts its own.
+static FORWARDER_IN: AtomicU32 = AtomicU32::new(0);
+/// Set by the command line, whose warnings go nowhere.
+static SILENCED: AtomicBool = AtomicBool::new(false);
 
 fn queue() -> MutexGuard<'static, VecDeque<Record>> {
     QUEUE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Queues a record for `to` (None: the `lockyard` logger).
+pub(crate) fn push(level: log::Level, message: String, to: Option<Target>) {
+    let mut queue = queue();
+    if queue.len() < CAPACITY {
+        queue.push_back(Record { level, message, to });
+        ARRIVED.notify_one();
+    } else {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 struct Queued;
 
 impl log::Log for Queued {
+    /// Lockyard's own records: its dependencies' (TLS, HTTP) are theirs
+    /// to report, and at DEBUG they would drown ours.
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Info
+        let target = metadata.target();
+        metadata.level() <= log::max_level()
+            && (target.starts_with("lockyard") || target.starts_with(env!("CARGO_CRATE_NAME")))
     }
 
     fn log(&self, record: &log::Record<'_>) {
-        if !self.enabled(record.metadata()) {
-            return;
-        }
-        let mut queue = queue();
-        if queue.len() < CAPACITY {
-            queue.push_back(Record {
-                level: record.level(),
-                message: record.args().to_string(),
-            });
-        } else {
-            DROPPED.fetch_add(1, Ordering::Relaxed);
+        if self.enabled(record.metadata()) {
+            push(record.level(), record.args().to_string(), None);
         }
     }
 
@@ -53,51 +85,171 @@ impl log::Log for Queued {
 }
 
 /// Routes the `log` crate into the queue; once per process.
-pub(crate) fn install() {
+pub(crate) fn install(py: Python<'_>) {
     static QUEUED: Queued = Queued;
     // Fails only if a logger is installed already (the module imported
     // twice): that one keeps working.
     if log::set_logger(&QUEUED).is_ok() {
-        log::set_max_level(log::LevelFilter::Info);
+        follow_level(py);
     }
 }
 
-/// Hands queued records to the `lockyard` logger. Call with the GIL, at
-/// the end of every call that reached the core.
-pub(crate) fn forward(py: Python<'_>) {
-    let dropped = DROPPED.swap(0, Ordering::Relaxed);
-    // Never wait for the logging thread here: whatever it is pushing now is
-    // forwarded by the next call.
-    let records: Vec<Record> = match QUEUE.try_lock() {
-        Ok(mut queue) => queue.drain(..).collect(),
-        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().drain(..).collect(),
-        Err(TryLockError::WouldBlock) => Vec::new(),
-    };
-    if records.is_empty() && dropped == 0 {
+/// The command line's warnings go nowhere: it says what happened in its
+/// own one-line messages.
+pub(crate) fn silence() {
+    SILENCED.store(true, Ordering::Relaxed);
+    log::set_max_level(log::LevelFilter::Off);
+}
+
+/// At the start of every call that reaches the core (not of a drop, which
+/// may run while an exception is being raised, when calling Python is not
+/// allowed): the source filter
+/// follows the `lockyard` logger's level as it is now, and this process has
+/// a forwarding thread.
+pub(crate) fn prepare(py: Python<'_>) {
+    follow_level(py);
+    let pid = std::process::id();
+    if FORWARDER_IN.load(Ordering::Relaxed) != pid
+        && FORWARDER_IN.swap(pid, Ordering::AcqRel) != pid
+    {
+        if let Err(e) = start_forwarder(py) {
+            FORWARDER_IN.store(0, Ordering::Release);
+            e.write_unraisable(py, None);
+        }
+    }
+}
+
+fn follow_level(py: Python<'_>) {
+    if SILENCED.load(Ordering::Relaxed) {
         return;
     }
-    if let Err(e) = emit(py, records, dropped) {
-        // Logging trouble must not replace the outcome of the lock call.
-        e.write_unraisable(py, None);
+    let level = lockyard_logger(py)
+        .and_then(|logger| logger.bind(py).call_method0("getEffectiveLevel"))
+        .and_then(|level| level.extract::<i64>());
+    // A logging module patched beyond use keeps the last level.
+    if let Ok(level) = level {
+        log::set_max_level(level_filter(level));
+    }
+}
+
+fn lockyard_logger(py: Python<'_>) -> PyResult<&Py<PyAny>> {
+    static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    LOGGER.get_or_try_init(py, || {
+        let logger = py
+            .import("logging")?
+            .call_method1("getLogger", ("lockyard",))?;
+        Ok(logger.unbind())
+    })
+}
+
+/// The `log` crate's filter that lets through what a Python logger with
+/// effective level `level` would handle.
+fn level_filter(level: i64) -> log::LevelFilter {
+    match level {
+        ..=5 => log::LevelFilter::Trace,
+        6..=10 => log::LevelFilter::Debug,
+        11..=20 => log::LevelFilter::Info,
+        21..=30 => log::LevelFilter::Warn,
+        31..=40 => log::LevelFilter::Error,
+        _ => log::LevelFilter::Off,
+    }
+}
+
+fn start_forwarder(py: Python<'_>) -> PyResult<()> {
+    let target = wrap_pyfunction!(forward_forever, py)?;
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("target", target)?;
+    kwargs.set_item("name", "lockyard-log-forwarder")?;
+    kwargs.set_item("daemon", true)?;
+    py.import("threading")?
+        .call_method("Thread", (), Some(&kwargs))?
+        .call_method0("start")?;
+    Ok(())
+}
+
+/// The forwarding thread's body: waits without the GIL for records and
+/// hands them over, until the interpreter exits (then the thread parks).
+#[pyfunction]
+fn forward_forever(py: Python<'_>) {
+    let pid = std::process::id();
+    while FORWARDER_IN.load(Ordering::Acquire) == pid {
+        let forwarded = unlocked::after_detached_wait(
+            py,
+            || {
+                let mut queue = queue();
+                while queue.is_empty() && DROPPED.load(Ordering::Relaxed) == 0 {
+                    queue = ARRIVED.wait(queue).unwrap_or_else(|e| e.into_inner());
+                }
+            },
+            forward,
+        );
+        if !forwarded {
+            // The other hand is at it and empties the queue before it
+            // lets go; look again in a moment.
+            unlocked::after_detached_wait(
+                py,
+                || std::thread::sleep(Duration::from_millis(1)),
+                |_| {},
+            );
+        }
+    }
+}
+
+/// Hands queued records to their loggers. Call with the GIL, at the end of
+/// every call that reached the core. False if another thread is doing it.
+pub(crate) fn forward(py: Python<'_>) -> bool {
+    // Never wait for the other hand here: it may be inside a handler that
+    // waits for the GIL this thread holds.
+    let Some(_emitting) = Emitting::take() else {
+        return false;
+    };
+    loop {
+        let dropped = DROPPED.swap(0, Ordering::Relaxed);
+        let records: Vec<Record> = queue().drain(..).collect();
+        if records.is_empty() && dropped == 0 {
+            return true;
+        }
+        if let Err(e) = emit(py, records, dropped) {
+            // Logging trouble must not replace the outcome of the lock call.
+            e.write_unraisable(py, None);
+        }
+    }
+}
+
+/// The right to hand records to Python, held by one thread at a time so
+/// that two hands never interleave their batches. A pid rather than a
+/// mutex: a child forked while its parent's forwarder was emitting must not
+/// find it taken forever.
+struct Emitting;
+
+impl Emitting {
+    fn take() -> Option<Emitting> {
+        let pid = std::process::id();
+        let holder = EMITTING.load(Ordering::Acquire);
+        (holder != pid
+            && EMITTING
+                .compare_exchange(holder, pid, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok())
+        .then_some(Emitting)
+    }
+}
+
+impl Drop for Emitting {
+    fn drop(&mut self) {
+        EMITTING.store(0, Ordering::Release);
     }
 }
 
 fn emit(py: Python<'_>, records: Vec<Record>, dropped: usize) -> PyResult<()> {
-    static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let logger = LOGGER.get_or_try_init(py, || {
-        let logger = py
-            .import("logging")?
-            .call_method1("getLogger", ("lockyard",))?;
-        Ok::<_, PyErr>(logger.unbind())
-    })?;
-    let logger = logger.bind(py);
+    let lockyard = lockyard_logger(py)?.bind(py);
     for record in records {
+        let logger = record.to.as_ref().map_or(lockyard, |to| to.bind(py));
         logger.call_method1("log", (python_level(record.level), "%s", record.message))?;
     }
     if dropped > 0 {
         let message =
             format!("{dropped} lockyard log records were dropped: too many between two calls");
-        logger.call_method1("warning", ("%s", message))?;
+        lockyard.call_method1("warning", ("%s", message))?;
     }
     Ok(())
 }

@@ -30,6 +30,7 @@ impl<T: Send + Sync> Unlocked<T> {
         py: Python<'_>,
         build: impl FnOnce() -> lockyard::Result<T> + Send,
     ) -> PyResult<Self> {
+        logging::prepare(py);
         let built = detach_unless_exiting(py, build, drop);
         finish(py, built).map(|inner| Unlocked {
             inner: ManuallyDrop::new(inner),
@@ -44,6 +45,7 @@ impl<T: Send + Sync> Unlocked<T> {
         py: Python<'_>,
         call: impl FnOnce(&T) -> lockyard::Result<R> + Send,
     ) -> PyResult<R> {
+        logging::prepare(py);
         let outcome = detach_unless_exiting(py, || call(&self.inner), drop);
         finish(py, outcome)
     }
@@ -66,6 +68,7 @@ impl<T: Send + Sync> Unlocked<T> {
         wait: impl FnOnce(&T, Interrupt<'_>) -> lockyard::Result<R> + Send,
         give_back: impl FnOnce(&T, R) + Send,
     ) -> PyResult<R> {
+        logging::prepare(py);
         let (outcome, raised) = detach_unless_exiting(
             py,
             || {
@@ -139,6 +142,31 @@ fn detach_unless_exiting<R: Send>(
         }
         outcome
     })
+}
+
+/// For a thread that waits on its own (the log forwarder): `wait` runs
+/// detached and uncounted, since exiting need not wait for it to end, and
+/// `then` runs attached and counted in flight like a call, so that exiting
+/// waits for it to finish instead of finalizing under it. Once the
+/// interpreter is exiting the thread parks after `wait` instead.
+pub(crate) fn after_detached_wait<R>(
+    py: Python<'_>,
+    wait: impl FnOnce() + Send,
+    then: impl FnOnce(Python<'_>) -> R,
+) -> R {
+    // This door's to detach (clippy.toml bans detaching elsewhere).
+    #[allow(clippy::disallowed_methods)]
+    let in_flight = py.detach(|| {
+        wait();
+        let in_flight = InFlight::enter();
+        if must_not_attach() {
+            in_flight.leave_for_good();
+        }
+        in_flight
+    });
+    let outcome = then(py);
+    drop(in_flight);
+    outcome
 }
 
 /// Set once the interpreter starts exiting, to the exiting process and
@@ -267,6 +295,7 @@ pub(crate) fn detached<R: Send>(
     py: Python<'_>,
     call: impl FnOnce() -> lockyard::Result<R> + Send,
 ) -> PyResult<R> {
+    logging::prepare(py);
     let outcome = detach_unless_exiting(py, call, drop);
     finish(py, outcome)
 }

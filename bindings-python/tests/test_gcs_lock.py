@@ -3,6 +3,7 @@ errors, threads."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -128,3 +129,69 @@ def test_an_unreachable_endpoint_is_a_backend_error(
     )
     with pytest.raises(lockyard.BackendError, match="gs://locks/"):
         lock.acquire(timeout=0)
+
+
+def test_ttl_and_the_gems_internal_state_readers(name: str) -> None:
+    lock = Lock(bucket_name="locks", path=name, ttl=5.0, **FAST)
+    assert lock.ttl == 5.0
+    assert Lock(bucket_name="locks", path=f"{name}-default").ttl == 300.0
+    assert not lock.owned_according_to_internal_state()
+    assert not lock.locked_according_to_internal_state()
+    with lock:
+        assert lock.owned_according_to_internal_state()
+        assert lock.locked_according_to_internal_state()
+        assert lock.owned_according_to_server() and lock.locked_according_to_server()
+        seen: dict[str, bool] = {}
+
+        def look() -> None:
+            seen["owned"] = lock.owned_according_to_internal_state()
+            seen["locked"] = lock.locked_according_to_internal_state()
+            seen["owned_on_server"] = lock.owned_according_to_server()
+
+        other = threading.Thread(target=look)
+        other.start()
+        other.join()
+        assert seen == {"owned": False, "locked": True, "owned_on_server": False}
+    assert not lock.locked_according_to_internal_state()
+    assert not lock.locked_according_to_server()
+
+
+def test_records_at_every_level_reach_the_lockyard_logger(
+    name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="lockyard")
+    with Lock(bucket_name="locks", path=name, ttl=5.0, **FAST):
+        pass
+    debug = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "lockyard" and r.levelno == logging.DEBUG
+    ]
+    assert "Acquiring lock" in debug and "Unlocked" in debug
+
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="lockyard")
+    with Lock(bucket_name="locks", path=name, ttl=5.0, **FAST):
+        pass
+    assert not [r for r in caplog.records if r.levelno < logging.INFO]
+
+
+def test_a_locks_own_logger_gets_its_records(
+    name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    mine = logging.getLogger(f"tests.{name}")
+    mine.setLevel(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="lockyard")
+    lock = Lock(bucket_name="locks", path=name, ttl=5.0, logger=mine, **FAST)
+    with lock:
+        pass
+    assert "Acquiring lock" in [
+        r.getMessage() for r in caplog.records if r.name == mine.name
+    ]
+    assert not [r for r in caplog.records if r.name == "lockyard"]
+
+    adapted = logging.LoggerAdapter(mine, {"job": "deploy"})
+    with Lock(bucket_name="locks", path=f"{name}-2", logger=adapted, **FAST):
+        pass
+    with pytest.raises(lockyard.ConfigError, match="logger"):
+        Lock(bucket_name="locks", path=name, logger="lockyard")  # type: ignore[arg-type]
