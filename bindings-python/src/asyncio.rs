@@ -157,7 +157,7 @@ where
     T: Send + 'static,
     W: Future<Output = lockyard::Result<T>> + Send + 'static,
 {
-    crate::logging::prepare(future.py());
+    crate::logging::prepare_or_report(future.py());
     let completions = completions.clone().unbind();
     let future = future.clone().unbind();
     Pending::new(lockyard::detach(async move {

@@ -90,7 +90,8 @@ pub(crate) fn install(py: Python<'_>) {
     // Fails only if a logger is installed already (the module imported
     // twice): that one keeps working.
     if log::set_logger(&QUEUED).is_ok() {
-        follow_level(py);
+        // A logging module patched beyond use: the next call says so.
+        let _ = follow_level(py);
     }
 }
 
@@ -106,8 +107,12 @@ pub(crate) fn silence() {
 /// allowed): the source filter
 /// follows the `lockyard` logger's level as it is now, and this process has
 /// a forwarding thread.
-pub(crate) fn prepare(py: Python<'_>) {
-    follow_level(py);
+///
+/// An exception raised while reading the level (by a signal handler that
+/// ran inside `getEffectiveLevel`: KeyboardInterrupt for Ctrl-C) is the
+/// call's to raise: dropping it would lose the interrupt.
+pub(crate) fn prepare(py: Python<'_>) -> PyResult<()> {
+    follow_level(py)?;
     let pid = std::process::id();
     if FORWARDER_IN.load(Ordering::Relaxed) != pid
         && FORWARDER_IN.swap(pid, Ordering::AcqRel) != pid
@@ -117,19 +122,27 @@ pub(crate) fn prepare(py: Python<'_>) {
             e.write_unraisable(py, None);
         }
     }
+    Ok(())
 }
 
-fn follow_level(py: Python<'_>) {
+/// [`prepare`] for a call that cannot raise (an asyncio call's start):
+/// an exception is reported as unraisable rather than dropped.
+pub(crate) fn prepare_or_report(py: Python<'_>) {
+    if let Err(e) = prepare(py) {
+        e.write_unraisable(py, None);
+    }
+}
+
+fn follow_level(py: Python<'_>) -> PyResult<()> {
     if SILENCED.load(Ordering::Relaxed) {
-        return;
+        return Ok(());
     }
-    let level = lockyard_logger(py)
-        .and_then(|logger| logger.bind(py).call_method0("getEffectiveLevel"))
-        .and_then(|level| level.extract::<i64>());
-    // A logging module patched beyond use keeps the last level.
-    if let Ok(level) = level {
-        log::set_max_level(level_filter(level));
-    }
+    let level = lockyard_logger(py)?
+        .bind(py)
+        .call_method0("getEffectiveLevel")?
+        .extract::<i64>()?;
+    log::set_max_level(level_filter(level));
+    Ok(())
 }
 
 fn lockyard_logger(py: Python<'_>) -> PyResult<&Py<PyAny>> {
@@ -226,11 +239,13 @@ impl Emitting {
     fn take() -> Option<Emitting> {
         let pid = std::process::id();
         let holder = EMITTING.load(Ordering::Acquire);
+        // `then`, not `then_some`: an Emitting built for a failed take
+        // would free the other hand's right when dropped.
         (holder != pid
             && EMITTING
                 .compare_exchange(holder, pid, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok())
-        .then_some(Emitting)
+        .then(|| Emitting)
     }
 }
 

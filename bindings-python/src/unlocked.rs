@@ -30,7 +30,7 @@ impl<T: Send + Sync> Unlocked<T> {
         py: Python<'_>,
         build: impl FnOnce() -> lockyard::Result<T> + Send,
     ) -> PyResult<Self> {
-        logging::prepare(py);
+        logging::prepare(py)?;
         let built = detach_unless_exiting(py, build, drop);
         finish(py, built).map(|inner| Unlocked {
             inner: ManuallyDrop::new(inner),
@@ -45,7 +45,7 @@ impl<T: Send + Sync> Unlocked<T> {
         py: Python<'_>,
         call: impl FnOnce(&T) -> lockyard::Result<R> + Send,
     ) -> PyResult<R> {
-        logging::prepare(py);
+        logging::prepare(py)?;
         let outcome = detach_unless_exiting(py, || call(&self.inner), drop);
         finish(py, outcome)
     }
@@ -68,7 +68,7 @@ impl<T: Send + Sync> Unlocked<T> {
         wait: impl FnOnce(&T, Interrupt<'_>) -> lockyard::Result<R> + Send,
         give_back: impl FnOnce(&T, R) + Send,
     ) -> PyResult<R> {
-        logging::prepare(py);
+        logging::prepare(py)?;
         let (outcome, raised) = detach_unless_exiting(
             py,
             || {
@@ -295,7 +295,7 @@ pub(crate) fn detached<R: Send>(
     py: Python<'_>,
     call: impl FnOnce() -> lockyard::Result<R> + Send,
 ) -> PyResult<R> {
-    logging::prepare(py);
+    logging::prepare(py)?;
     let outcome = detach_unless_exiting(py, call, drop);
     finish(py, outcome)
 }
