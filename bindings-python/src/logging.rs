@@ -114,7 +114,11 @@ pub(crate) fn silence() {
 pub(crate) fn prepare(py: Python<'_>) -> PyResult<()> {
     follow_level(py)?;
     let pid = std::process::id();
+    // Once exiting has begun a forwarder would park at its first record
+    // (and at teardown cannot even be started): the exiting thread hands
+    // over its calls' records itself.
     if FORWARDER_IN.load(Ordering::Relaxed) != pid
+        && !unlocked::exiting()
         && FORWARDER_IN.swap(pid, Ordering::AcqRel) != pid
     {
         if let Err(e) = start_forwarder(py) {
@@ -222,10 +226,7 @@ pub(crate) fn forward(py: Python<'_>) -> bool {
         if records.is_empty() && dropped == 0 {
             return true;
         }
-        if let Err(e) = emit(py, records, dropped) {
-            // Logging trouble must not replace the outcome of the lock call.
-            e.write_unraisable(py, None);
-        }
+        emit(py, records, dropped);
     }
 }
 
@@ -255,18 +256,29 @@ impl Drop for Emitting {
     }
 }
 
-fn emit(py: Python<'_>, records: Vec<Record>, dropped: usize) -> PyResult<()> {
-    let lockyard = lockyard_logger(py)?.bind(py);
+/// Hands each record to its logger. Logging trouble must not replace the
+/// outcome of the lock call, nor take the batch's other records with it:
+/// each failure is reported (unraisable) and the next record goes on.
+fn emit(py: Python<'_>, records: Vec<Record>, dropped: usize) {
+    let lockyard = match lockyard_logger(py) {
+        Ok(logger) => logger.bind(py),
+        Err(e) => return e.write_unraisable(py, None),
+    };
     for record in records {
         let logger = record.to.as_ref().map_or(lockyard, |to| to.bind(py));
-        logger.call_method1("log", (python_level(record.level), "%s", record.message))?;
+        let logged =
+            logger.call_method1("log", (python_level(record.level), "%s", record.message));
+        if let Err(e) = logged {
+            e.write_unraisable(py, Some(logger));
+        }
     }
     if dropped > 0 {
         let message =
             format!("{dropped} lockyard log records were dropped: too many between two calls");
-        lockyard.call_method1("warning", ("%s", message))?;
+        if let Err(e) = lockyard.call_method1("warning", ("%s", message)) {
+            e.write_unraisable(py, Some(lockyard));
+        }
     }
-    Ok(())
 }
 
 /// The `logging` module's number for a level.

@@ -212,6 +212,19 @@ pub(crate) fn before_exit(py: Python<'_>) {
         // this hook and without C's atexit: wait for handed-off work here.
         lockyard::finish_background_work();
     });
+    // The forwarder parks once exiting has begun: what the background
+    // logged while this waited is handed over here, on the exiting thread,
+    // while logging still works.
+    logging::forward(py);
+}
+
+/// Whether this process has begun exiting ([`before_exit`] ran in it).
+pub(crate) fn exiting() -> bool {
+    EXIT_STARTED.load(Ordering::Acquire)
+        && matches!(
+            *EXITING.lock().unwrap_or_else(|e| e.into_inner()),
+            Some((pid, _)) if pid == std::process::id()
+        )
 }
 
 /// Whether this thread must not attach again: the interpreter is exiting

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from lockyard.redis import Lock
 from redis_server import Redis
 
 FORWARDER = "lockyard-log-forwarder"
+Spawn = Callable[..., "subprocess.Popen[str]"]
 
 
 @pytest.fixture
@@ -116,3 +119,115 @@ def test_an_exception_raised_by_a_signal_handler_is_not_swallowed(
         signal.signal(signal.SIGALRM, previous)
     assert raised > 100
     assert caught == raised, f"{raised - caught} of {raised} exceptions were swallowed"
+
+
+def test_a_record_whose_logger_raises_does_not_take_the_rest_of_its_batch(
+    redis: Redis, name: str, lockyard_logger: logging.Logger
+) -> None:
+    # `emit` hands a batch over record by record and stops at the first
+    # error (`?`): the records after the one whose logger raised are
+    # dropped, though their loggers (another lock's, here) work.
+    delivered: list[str] = []
+    slow = threading.Event()
+
+    class Picky(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            message = record.getMessage()
+            if f'"{name}-0"' in message:
+                slow.set()
+                time.sleep(2.0)  # meanwhile the next two are queued
+            if f'"{name}-1"' in message:
+                raise RuntimeError("a filter with a bug")
+            delivered.append(message)
+            return True
+
+    lockyard_logger.addFilter(Picky())
+    lockyard_logger.setLevel(logging.WARNING)
+    try:
+        locks = [Lock(redis.url, f"{name}-{i}", ttl=1.0) for i in range(3)]
+        for lock in locks:
+            lock.acquire()
+        redis.command("DEL", f"lockyard:{{{name}-0}}:holders")
+        assert slow.wait(5)
+        redis.command("DEL", f"lockyard:{{{name}-1}}:holders")
+        time.sleep(0.7)  # its refresher warns first (every ttl / 3)
+        redis.command("DEL", f"lockyard:{{{name}-2}}:holders")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            f'"{name}-2"' in m for m in delivered
+        ):
+            time.sleep(0.05)
+    finally:
+        lockyard_logger.filters.clear()
+    assert any(f'"{name}-2"' in m for m in delivered), delivered
+
+
+# The lock on A is lost while exiting waits (up to 2 s) for a daemon
+# thread's call to B, which the test pauses.
+LOST_WHILE_EXIT_WAITS = """
+    import logging, sys, threading, time
+    logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
+    from lockyard.redis import Lock
+
+    url_a, url_b, name = sys.argv[1:4]
+    lock = Lock(url_a, name, ttl=1.0)
+    lock.acquire()
+    other = Lock(url_b, name)
+    other.locked()
+    print("held", flush=True)
+    sys.stdin.readline()
+    threading.Thread(target=other.locked, daemon=True).start()
+    time.sleep(0.1)
+"""
+
+
+def test_what_the_background_logs_while_exit_waits_is_not_lost(
+    redis: Redis, name: str, tmp_path: Path, spawn: Spawn
+) -> None:
+    # Once before_exit has started, the forwarder parks instead of
+    # attaching, and nothing hands over what arrives afterwards: the
+    # refresher's warning, logged while exiting waits for a call in flight
+    # (the interpreter fully alive, logging working), never appears.
+    (tmp_path / "b").mkdir()
+    other = Redis(tmp_path / "b")
+    try:
+        child = spawn(LOST_WHILE_EXIT_WAITS, redis.url, other.url, name)
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "held"
+        other.command("CLIENT", "PAUSE", 2500, "ALL")
+        redis.command("DEL", f"lockyard:{{{name}}}:holders")
+        out, err = child.communicate("go\n", timeout=30)
+    finally:
+        other.stop()
+    assert child.returncode == 0, err
+    assert f'lock "{name}" lost' in out, (out, err)
+
+
+# The process's first call runs in a finalizer at interpreter teardown.
+FIRST_CALL_AT_TEARDOWN = """
+    import sys
+    from lockyard.redis import Lock
+
+    url, name = sys.argv[1:3]
+
+    class Late:
+        def __del__(self):
+            print("locked:", Lock(url, name).locked(), flush=True)
+
+    keep = Late()
+"""
+
+
+def test_a_first_call_at_teardown_prints_no_traceback(
+    redis: Redis, name: str, spawn: Spawn
+) -> None:
+    # The first call starts the forwarder thread; at teardown that fails
+    # (`import threading`: "sys.meta_path is None"), prepare reports it as
+    # unraisable and resets FORWARDER_IN, so every call then prints a
+    # traceback to stderr -- though the calls work and the exiting thread
+    # forwards its own records anyway.
+    child = spawn(FIRST_CALL_AT_TEARDOWN, redis.url, name)
+    out, err = child.communicate(timeout=30)
+    assert child.returncode == 0, err
+    assert "locked: False" in out
+    assert "Traceback" not in err, err
