@@ -346,9 +346,11 @@ fn log_sink(logger: &Bound<'_, PyAny>) -> PyResult<lockyard::gcs::LogSink> {
             "logger must be a logging.Logger (or have its log method)".into(),
         ));
     }
-    let target: logging::Target = Arc::new(logger.clone().unbind());
+    let target = logging::OwnLogger::new(logger)?;
     Ok(Arc::new(move |level, message: &str| {
-        logging::push(level, message.to_owned(), Some(Arc::clone(&target)));
+        if target.enabled(level) {
+            logging::push(level, message.to_owned(), Some(Arc::clone(&target)));
+        }
     }))
 }
 

@@ -14,8 +14,8 @@
 //! every call, so a disabled record costs one atomic load.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -28,7 +28,63 @@ use crate::unlocked;
 const CAPACITY: usize = 1024;
 
 /// A Python logger records can be sent to instead of `lockyard`'s.
-pub(crate) type Target = Arc<Py<PyAny>>;
+pub(crate) type Target = Arc<OwnLogger>;
+
+/// A logger given to one lock (`GcsLock(logger=...)`), filtered at the
+/// source like the `lockyard` logger: by its effective level, read when it
+/// is given and at the start of every call.
+pub(crate) struct OwnLogger {
+    logger: Py<PyAny>,
+    /// Its effective level as last read (0, which lets every record
+    /// through, for an object without `getEffectiveLevel`).
+    level: AtomicI64,
+}
+
+/// Every lock's own logger, refreshed by [`prepare`].
+static OWN_LOGGERS: Mutex<Vec<Weak<OwnLogger>>> = Mutex::new(Vec::new());
+
+impl OwnLogger {
+    /// `logger`, filtered by its level from now on.
+    pub(crate) fn new(logger: &Bound<'_, PyAny>) -> PyResult<Target> {
+        let own = Arc::new(OwnLogger {
+            logger: logger.clone().unbind(),
+            level: AtomicI64::new(0),
+        });
+        own.refresh(logger.py())?;
+        let mut all = OWN_LOGGERS.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|own| own.strong_count() > 0);
+        all.push(Arc::downgrade(&own));
+        Ok(own)
+    }
+
+    fn refresh(&self, py: Python<'_>) -> PyResult<()> {
+        let logger = self.logger.bind(py);
+        if !logger.hasattr("getEffectiveLevel")? {
+            return Ok(());
+        }
+        let level = logger.call_method0("getEffectiveLevel")?.extract::<i64>()?;
+        self.level.store(level, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether the logger, as last read, would handle a record at `level`.
+    pub(crate) fn enabled(&self, level: log::Level) -> bool {
+        i64::from(python_level(level)) >= self.level.load(Ordering::Relaxed)
+    }
+}
+
+fn refresh_own_loggers(py: Python<'_>) -> PyResult<()> {
+    let live: Vec<Target> = OWN_LOGGERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for own in live {
+        own.refresh(py)?;
+    }
+    Ok(())
+}
 
 struct Record {
     level: log::Level,
@@ -113,6 +169,7 @@ pub(crate) fn silence() {
 /// call's to raise: dropping it would lose the interrupt.
 pub(crate) fn prepare(py: Python<'_>) -> PyResult<()> {
     follow_level(py)?;
+    refresh_own_loggers(py)?;
     let pid = std::process::id();
     // Once exiting has begun a forwarder would park at its first record
     // (and at teardown cannot even be started): the exiting thread hands
@@ -265,9 +322,8 @@ fn emit(py: Python<'_>, records: Vec<Record>, dropped: usize) {
         Err(e) => return e.write_unraisable(py, None),
     };
     for record in records {
-        let logger = record.to.as_ref().map_or(lockyard, |to| to.bind(py));
-        let logged =
-            logger.call_method1("log", (python_level(record.level), "%s", record.message));
+        let logger = record.to.as_ref().map_or(lockyard, |to| to.logger.bind(py));
+        let logged = logger.call_method1("log", (python_level(record.level), "%s", record.message));
         if let Err(e) = logged {
             e.write_unraisable(py, Some(logger));
         }
