@@ -42,7 +42,12 @@ def test_a_locks_own_logger_is_filtered_at_the_source(gcs: GcsServer) -> None:
     mine = Counting("tests.gcs.mine")
     mine.setLevel(logging.WARNING)
     lock = Lock(
-        bucket_name="locks", path="a", ttl=3.0, refresh_interval=0.05, logger=mine, **FAST
+        bucket_name="locks",
+        path="a",
+        ttl=3.0,
+        refresh_interval=0.05,
+        logger=mine,
+        **FAST,
     )
     with lock:
         time.sleep(0.5)
