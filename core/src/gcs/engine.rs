@@ -224,10 +224,11 @@ impl Engine {
     }
 }
 
+// Each starts with the gem's own words, which its users grep their logs for.
 const TAKEN_OVER: &str =
-    "the lock object has an unexpected generation: another holder took it over";
-const CHANGED: &str = "the lock object's metadata was changed by someone else (an unexpected metageneration that no write of ours made): it is no longer provably ours";
-const DELETED: &str = "the lock object has been unexpectedly deleted";
+    "Lock object has an unexpected generation number: another holder took it over";
+const CHANGED: &str = "Lock object has an unexpected metageneration number: its metadata was changed by someone else (no write of ours made it), so it is no longer provably ours";
+const DELETED: &str = "Lock object has been unexpectedly deleted";
 
 /// Why a refresh did not land.
 pub(crate) enum RefreshError {

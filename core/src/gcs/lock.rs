@@ -42,6 +42,7 @@ pub struct Lock {
     identity_prefix: Option<String>,
     random_prefix: String,
     thread_safe: bool,
+    hold_per_instance: bool,
     default_timeout: Option<Duration>,
     holds: PerHolder<Hold>,
 }
@@ -57,6 +58,7 @@ impl Lock {
         engine: Engine,
         identity_prefix: Option<String>,
         thread_safe: bool,
+        hold_per_instance: bool,
         default_timeout: Option<Duration>,
     ) -> Lock {
         note_process_start();
@@ -70,6 +72,7 @@ impl Lock {
             identity_prefix,
             random_prefix: random_hex(12),
             thread_safe,
+            hold_per_instance,
             default_timeout,
         }
     }
@@ -129,7 +132,9 @@ impl Lock {
         let deadline = deadline.into();
         self.holds.acquire(self.key(), deadline, || {
             self.engine.acquire(&self.identity(), deadline, interrupted)
-        })
+        })?;
+        self.engine.log(log::Level::Debug, || "Locked".into());
+        Ok(())
     }
 
     /// Releases the calling thread's hold: deletes exactly the object
@@ -154,7 +159,7 @@ impl Lock {
     /// object, no longer refreshed, goes stale after its ttl.
     pub fn release_interruptibly(&self, interrupted: Interrupt<'_>) -> Result<bool> {
         self.holds
-            .release(self.key(), |hold| self.give_back(hold, interrupted))
+            .release(self.reached(), |hold| self.give_back(hold, interrupted))
     }
 
     fn give_back(&self, hold: Hold, interrupted: Interrupt<'_>) -> Result<bool> {
@@ -186,7 +191,12 @@ impl Lock {
     /// stops refreshing it (the gem's `abandon`); the object stays until it
     /// goes stale or the same identity takes it again. True if there was one.
     pub fn abandon(&self) -> bool {
-        let hold = self.holds().remove(&self.key());
+        let reached = self.reached();
+        let hold = self.holds().remove(&reached);
+        self.engine.log(log::Level::Debug, || {
+            let what = if hold.is_some() { "locked" } else { "unlocked" };
+            format!("Abandoning {what} lock")
+        });
         hold.map(|hold| hold.stop()).is_some()
     }
 
@@ -205,9 +215,23 @@ impl Lock {
     }
 
     /// Whether the calling thread holds the lock and its lease is surely
-    /// still live. Reads a flag and the clock; no request.
+    /// still live. Reads a flag and the clock; no request. (With
+    /// `hold_per_instance`, this and the other methods that say "the
+    /// calling thread's hold" reach whichever thread's hold there is.)
     pub fn healthy(&self) -> bool {
-        self.holds.healthy(self.key())
+        self.holds.healthy(self.reached())
+    }
+
+    /// The gem's `healthy?`: whether the calling thread's hold is healthy.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if there is no hold to ask about.
+    pub fn held_and_healthy(&self) -> Result<bool> {
+        match self.check_health() {
+            Ok(()) => Ok(true),
+            Err(crate::Error::LockUnhealthy { .. }) => Ok(false),
+            Err(other) => Err(other),
+        }
     }
 
     /// Ok if the calling thread holds the lock and it is healthy.
@@ -215,7 +239,7 @@ impl Lock {
     /// # Errors
     /// [`Error::NotLocked`] if not held, [`Error::LockUnhealthy`] if it may be lost.
     pub fn check_health(&self) -> Result<()> {
-        self.holds.check_health(self.key())
+        self.holds.check_health(self.reached())
     }
 
     /// The last refresh failure (of any hold of this lock object), kept
@@ -285,6 +309,22 @@ impl Lock {
         } else {
             0
         }
+    }
+
+    /// The hold that release, abandon and the health checks act on: the
+    /// holder's own, or with `hold_per_instance` the one there is (a GCS
+    /// object has one holder at a time, so a lock object has at most one
+    /// hold that is not already lost).
+    fn reached(&self) -> u64 {
+        let own = self.key();
+        if !self.hold_per_instance {
+            return own;
+        }
+        let holds = self.holds();
+        if holds.contains_key(&own) {
+            return own;
+        }
+        holds.keys().next().copied().unwrap_or(own)
     }
 
     fn holds(&self) -> ProcessHolds<'_, u64, Hold> {

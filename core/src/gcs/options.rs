@@ -29,6 +29,7 @@ pub struct LockBuilder {
     backoff_multiplier: f64,
     instance_identity_prefix: Option<String>,
     thread_safe: bool,
+    hold_per_instance: bool,
     object_acl: Option<String>,
     credentials: Credentials,
     emulator_host: Option<String>,
@@ -83,6 +84,7 @@ impl LockBuilder {
             backoff_multiplier: Self::DEFAULT_BACKOFF_MULTIPLIER,
             instance_identity_prefix: None,
             thread_safe: Self::DEFAULT_THREAD_SAFE,
+            hold_per_instance: false,
             object_acl: None,
             credentials: Credentials::Default,
             emulator_host: None,
@@ -129,6 +131,14 @@ impl LockBuilder {
     /// gem (default [`DEFAULT_THREAD_SAFE`](Self::DEFAULT_THREAD_SAFE)).
     pub fn thread_safe(mut self, thread_safe: bool) -> Self {
         self.thread_safe = thread_safe;
+        self
+    }
+    /// With `true`, the gem's semantics: a lock object has one hold at a
+    /// time, whichever thread took it, and `release`, `abandon`, `healthy`
+    /// and `check_health` on any thread act on that hold (default false:
+    /// each thread reaches only its own, as with the Redis lock).
+    pub fn hold_per_instance(mut self, per_instance: bool) -> Self {
+        self.hold_per_instance = per_instance;
         self
     }
     /// A predefined ACL for the lock object: `private`, `projectPrivate`,
@@ -242,6 +252,7 @@ impl LockBuilder {
             engine,
             self.instance_identity_prefix,
             self.thread_safe,
+            self.hold_per_instance,
             self.timeout,
         ))
     }
