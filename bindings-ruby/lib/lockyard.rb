@@ -29,6 +29,7 @@ Lockyard.private_class_method :finish_background_work
 # at_exit blocks and without C's atexit: the releases and deletes handed to
 # the background (a wait given up on Ctrl-C) are waited for here.
 at_exit { Lockyard.send(:finish_background_work) }
+require_relative "lockyard/logs"
 require_relative "lockyard/thread_watch"
 require_relative "lockyard/synchronize"
 require_relative "lockyard/election"

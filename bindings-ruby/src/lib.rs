@@ -16,6 +16,7 @@ mod etcd_lock;
 mod exclusive;
 mod gcs_lock;
 mod lock;
+mod logs;
 mod nogvl;
 mod per_thread;
 mod quorum;
@@ -43,6 +44,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
         magnus::function!(lockyard::finish_background_work, 0),
     )?;
     thread_watch::define(lockyard)?;
+    logs::define(lockyard)?;
     let etcd = lockyard.define_module("Etcd")?;
     etcd_lock::define(ruby, etcd)?;
     session::define_etcd(ruby, etcd)?;

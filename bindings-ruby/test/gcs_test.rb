@@ -173,7 +173,8 @@ class GcsLockTest < Minitest::Test
     { bucket_name: "" }, { path: "" }, { ttl: 0 }, { ttl: 30, refresh_interval: 10 },
     { backoff_min: 2, backoff_max: 1 }, { backoff_multiplier: -1 }, { backoff_min: -1 },
     { max_refresh_fails: 0 }, { object_acl: "everyone" }, { ttl: "long" },
-    { cloud_storage_options: { retries: 3 } }
+    { cloud_storage_options: { retries: -1 } }, { cloud_storage_options: { colour: 1 } },
+    { cloud_storage_bucket_options: { generation: 1 } }
   ].freeze
 
   def test_bad_options_are_config_errors_before_any_request

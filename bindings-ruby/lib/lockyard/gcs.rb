@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-require "json"
 require "logger"
+require_relative "gcs/storage_options"
 
 module Lockyard
   # Primitives on Google Cloud Storage.
@@ -33,7 +33,8 @@ module Lockyard
       # @param thread_safe [Boolean, nil] false: all threads share one identity and one hold
       #   (which then outlives the thread that took it); true: a Thread that dies
       #   holding the lock releases it, with a warning ({Lockyard::ThreadWatch}) (default true)
-      # @param logger [Logger, nil] receives the lock's progress with the gem's levels
+      # @param logger [Logger, nil] receives this lock's progress with the gem's levels,
+      #   instead of {Lockyard.logger}
       # @param logger_mutex [Mutex] serializes writes to +logger+
       # @param ttl [Numeric, nil] a hold not refreshed for this long is stale (default 300)
       # @param refresh_interval [Numeric, nil] below ttl / max_refresh_fails
@@ -45,54 +46,49 @@ module Lockyard
       # @param backoff_multiplier [Numeric, nil] growth of the waits, with decorrelated jitter
       #   (default 2)
       # @param object_acl [String, Symbol, nil] predefined ACL of the lock object
-      # @param cloud_storage_options [Hash, nil] +credentials+/+keyfile+ (a credentials
-      #   file's path or its Hash: service-account key, authorized_user,
-      #   impersonated_service_account or external_account), +emulator_host+,
-      #   +endpoint+, +timeout+; +project_id+ is ignored
-      # @param cloud_storage_bucket_options [Hash, nil] +user_project+
+      # @param cloud_storage_options [Hash, nil] the keywords of +Google::Cloud::Storage.new+:
+      #   +credentials+/+keyfile+ (a credentials file's path, its JSON as a Hash:
+      #   service-account key, authorized_user, impersonated_service_account or
+      #   external_account, or a Google::Auth::Credentials made from a service-account
+      #   key or a refresh token), +endpoint+, +timeout+ (or the longest of
+      #   +open_timeout+/+read_timeout+/+send_timeout+), +scope+ (checked: it must
+      #   allow writing), and +emulator_host+; +project_id+, the retry knobs and
+      #   +upload_chunk_size+ are accepted and ignored ({StorageOptions::IGNORED} says why)
+      # @param cloud_storage_bucket_options [Hash, nil] +user_project+ (a project id);
+      #   +skip_lookup+ and the lookup's preconditions are ignored
       # @param timeout [Numeric, nil] default wait of {#lock}; nil waits forever
+      # @param hold_per_instance [Boolean, nil] true: the gem's semantics, where the lock
+      #   object has one hold at a time and +unlock+, +abandon+, +healthy?+ and
+      #   +check_health!+ from any thread act on it (default false: each thread
+      #   reaches only its own hold)
       # @raise [Lockyard::ConfigError]
       def self.new(bucket_name:, path:, instance_identity_prefix: nil, thread_safe: nil,
                    logger: nil, logger_mutex: Mutex.new, ttl: nil, refresh_interval: nil,
                    max_refresh_fails: nil, backoff_min: nil, backoff_max: nil, backoff_multiplier: nil,
                    object_acl: nil, cloud_storage_options: nil, cloud_storage_bucket_options: nil,
-                   timeout: nil)
+                   timeout: nil, hold_per_instance: nil)
         options = {
           instance_identity_prefix: instance_identity_prefix, thread_safe: thread_safe,
+          hold_per_instance: hold_per_instance,
           ttl: ttl, refresh_interval: refresh_interval, max_refresh_fails: max_refresh_fails,
           backoff_min: backoff_min, backoff_max: backoff_max, backoff_multiplier: backoff_multiplier,
-          object_acl: object_acl&.to_s, timeout: timeout, log: !logger.nil?
+          object_acl: object_acl&.to_s, timeout: timeout
         }
-        options.merge!(storage_options(cloud_storage_options), bucket_options(cloud_storage_bucket_options))
-        lock = build(bucket_name, path, options)
-        lock.send(:forward_logs, logger, logger_mutex) if logger
+        options.merge!(StorageOptions.translate(cloud_storage_options, cloud_storage_bucket_options))
+        return build(bucket_name, path, options) unless logger
+
+        number = Logs.register(logger, logger_mutex)
+        begin
+          lock = build(bucket_name, path, options.merge(logger_number: number))
+        rescue Exception # rubocop:disable Lint/RescueException
+          Logs.unregister(number)
+          raise
+        end
+        ObjectSpace.define_finalizer(lock, forget_logger(number))
         lock
       end
 
-      def self.storage_options(given)
-        (given || {}).each_with_object({}) do |(key, value), options|
-          case key.to_sym
-          when :credentials, :keyfile
-            options[value.is_a?(Hash) ? :credentials_json : :credentials_file] =
-              value.is_a?(Hash) ? JSON.generate(value) : value
-          when :emulator_host, :endpoint then options[key.to_sym] = value
-          when :timeout then options[:request_timeout] = value
-          when :project_id, :project then nil
-          else raise ConfigError, "cloud_storage_options: unsupported option #{key.inspect}"
-          end
-        end
-      end
-
-      def self.bucket_options(given)
-        (given || {}).each_with_object({}) do |(key, value), options|
-          case key.to_sym
-          when :user_project then options[:user_project] = value
-          when :skip_lookup then nil
-          else raise ConfigError, "cloud_storage_bucket_options: unsupported option #{key.inspect}"
-          end
-        end
-      end
-      private_class_method :build, :storage_options, :bucket_options
+      private_class_method :build
 
       # Waits until the calling thread holds the lock (the gem's +lock+).
       # @param timeout [Numeric, nil] seconds; nil waits forever, 0 tries once
@@ -104,15 +100,6 @@ module Lockyard
         nil
       end
 
-      # Whether the calling thread's hold is healthy: refreshes succeed and
-      # its lease has not run out. Reads a flag; cheap in a loop.
-      # @raise [Lockyard::NotLockedError] if this thread does not hold the lock
-      def healthy?
-        raise NotLockedError, "Not locked" unless owned_according_to_internal_state?
-
-        native_healthy?
-      end
-
       # The last error that made a refresh fail, kept after the lock heals
       # or is released (nil if none ever did).
       # @return [Lockyard::LockUnhealthyError, nil]
@@ -121,6 +108,10 @@ module Lockyard
         message && LockUnhealthyError.new(message)
       end
 
+      # @!method healthy?
+      #   Whether the calling thread's hold is healthy: refreshes succeed and
+      #   its lease has not run out. Reads a flag; cheap in a loop.
+      #   @raise [Lockyard::NotLockedError] if this thread does not hold the lock
       # @!method try_lock
       #   One attempt, never waits. @return [Boolean]
       # @!method unlock
@@ -156,33 +147,13 @@ module Lockyard
         owned_according_to_internal_state?
       end
 
-      SEVERITIES = [Logger::DEBUG, Logger::INFO, Logger::WARN, Logger::ERROR].freeze
-      private_constant :SEVERITIES
-
-      # A Ruby thread hands the core's records to +logger+. It is made by a
-      # class method so that neither it nor the finalizer that stops it
-      # refers to the lock, which can then still be collected.
-      def forward_logs(logger, logger_mutex)
-        thread = self.class.send(:log_forwarder, log_queue, logger, logger_mutex)
-        ObjectSpace.define_finalizer(self, self.class.send(:stopper, thread))
+      # Records for +logger+ go through {Lockyard::Logs}; the finalizer that
+      # forgets the logger is made by a class method, so that it does not
+      # refer to the lock, which can then still be collected.
+      def self.forget_logger(number)
+        proc { Logs.unregister(number) }
       end
-
-      def self.log_forwarder(queue, logger, logger_mutex)
-        thread = Thread.new do
-          loop do
-            queue.take(1.0).each do |severity, message|
-              logger_mutex.synchronize { logger.add(SEVERITIES.fetch(severity), message, "lockyard") }
-            end
-          end
-        end
-        thread.report_on_exception = false
-        thread
-      end
-
-      def self.stopper(thread)
-        proc { thread.kill }
-      end
-      private_class_method :log_forwarder, :stopper
+      private_class_method :forget_logger
     end
   end
 end

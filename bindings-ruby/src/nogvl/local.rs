@@ -145,7 +145,7 @@ local!(quorum::RwLock {
 
 local!(gcs::Lock {
     fn release_all_in_background() -> ();
-    fn healthy() -> bool;
+    fn held_and_healthy() -> Result<bool>;
     fn check_health() -> Result<()>;
     fn last_refresh_error() -> Option<String>;
     fn owned_according_to_internal_state() -> bool;

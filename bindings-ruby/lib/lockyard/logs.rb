@@ -1,0 +1,126 @@
+# frozen_string_literal: true
+
+require "logger"
+
+module Lockyard
+  class << self
+    # Where lockyard logs: every primitive's warnings ("... lost: ...",
+    # "refreshing ... failed"), and a GCS lock's progress unless it was
+    # given a +logger:+ of its own. Default nil, nothing logged, as Ruby
+    # libraries do unless asked; +DistributedLock::GoogleCloudStorage::Lock+
+    # keeps the gem's default of a Logger on $stderr per lock.
+    #
+    #   Lockyard.logger = Logger.new($stderr, level: Logger::INFO)
+    #
+    # Records below the Logger's +level+ are dropped where they are made,
+    # at the cost of one comparison; a changed level takes effect within
+    # a second. The core logs on its own threads, which never run Ruby:
+    # records reach the Logger through a queue that one Ruby thread per
+    # process drains, so they arrive promptly from background refreshes
+    # too, and a slow Logger never delays a lock call (past 1024 waiting
+    # records, new ones are dropped and counted in a warning).
+    # @return [Logger, nil]
+    attr_reader :logger
+
+    # @param logger [Logger, #add, nil] nil turns logging off
+    def logger=(logger)
+      @logger = logger
+      Logs.send(:root=, logger)
+    end
+  end
+
+  # The Ruby half of lockyard's logging: the one forwarding thread and the
+  # Loggers it writes to (0 is {Lockyard.logger}, others are GCS locks'
+  # +logger:+ options). The native half (+logs.rs+) holds the queue.
+  # @api private
+  module Logs
+    # How often the forwarder looks at the root Logger's level.
+    LEVEL_CHECK = 1.0
+
+    @loggers = {}
+    @numbers = 0
+    @start = Mutex.new
+
+    class << self
+      private :take, :dropped, :max_severity=
+
+      # A number for +logger+, whose records the core tags with it. Hash
+      # writes need no Mutex under the GVL, and none is taken: unregister
+      # runs in finalizers, which may run inside a Mutex of this thread.
+      # @return [Integer]
+      def register(logger, mutex = Mutex.new)
+        number = (@numbers += 1)
+        @loggers[number] = [logger, mutex]
+        start_forwarder
+        number
+      end
+
+      def unregister(number)
+        @loggers.delete(number)
+      end
+
+      # Restarts the forwarder in a forked child, where no thread but the
+      # forking one survives, and forgets records the parent had not
+      # forwarded yet (the parent forwards them).
+      def after_fork
+        @forwarder = nil
+        take(0)
+        start_forwarder if @loggers.any?
+      end
+
+      private
+
+      def root=(logger)
+        if logger
+          @loggers[0] = [logger, Mutex.new]
+          start_forwarder
+        else
+          @loggers.delete(0)
+        end
+        follow_level
+      end
+
+      def follow_level
+        logger, = @loggers[0]
+        self.max_severity = logger && (logger.respond_to?(:level) ? Integer(logger.level) : Logger::DEBUG)
+      end
+
+      def start_forwarder
+        @start.synchronize do
+          return if @forwarder&.alive?
+
+          @forwarder = Thread.new { forward }
+          @forwarder.name = "lockyard-logs"
+          @forwarder.report_on_exception = false
+        end
+      end
+
+      def forward
+        loop do
+          take(LEVEL_CHECK).each { |number, severity, message| deliver(number, severity, message) }
+          lost = dropped
+          deliver(0, Logger::WARN, "#{lost} log records dropped: the logger did not keep up") if lost.positive?
+          follow_level
+        end
+      end
+
+      # A Logger that raises loses that record, not the forwarder.
+      def deliver(number, severity, message)
+        logger, mutex = @loggers[number]
+        mutex&.synchronize { logger.add(severity, message, "lockyard") }
+      rescue StandardError => e
+        warn("lockyard: the logger raised #{e.class}: #{e.message}")
+      end
+    end
+
+    # Ruby 3.1's hook into every fork (Kernel#fork, Process.fork, IO.popen("-")).
+    module ForkHook
+      def _fork
+        pid = super
+        Logs.after_fork if pid.zero?
+        pid
+      end
+    end
+    Process.singleton_class.prepend(ForkHook)
+  end
+end

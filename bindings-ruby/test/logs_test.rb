@@ -1,0 +1,85 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "logger"
+require "stringio"
+
+# Lockyard.logger: every primitive's records, from the core's background
+# threads, reach a Ruby Logger without any further lockyard call.
+class LogsTest < Minitest::Test
+  include LockyardTest
+
+  def setup
+    @out = StringIO.new
+    @logger = Logger.new(@out)
+  end
+
+  def teardown
+    Lockyard.logger = nil
+  end
+
+  # Holds a lock refreshed every 0.1 s, then deletes its key behind its
+  # back: the next refresh finds it lost and the core warns on its own
+  # thread, while this thread only sleeps.
+  def lose_a_lock(db:)
+    lock = Lockyard::Redis::Lock.new(url: redis.url(db), name: "lost-#{SecureRandom.hex(4)}",
+                                     ttl: 3, refresh_interval: 0.1)
+    lock.lock
+    redis.call("FLUSHDB", db: db)
+    lock
+  end
+
+  def wait_for(seconds)
+    deadline = monotonic + seconds
+    sleep 0.05 until yield || monotonic > deadline
+  end
+
+  def test_a_lost_redis_lock_is_a_warning_that_arrives_on_its_own
+    Lockyard.logger = @logger
+    Lockyard.logger = @logger # assigned twice: still one forwarding thread
+    assert_same @logger, Lockyard.logger
+    lose_a_lock(db: 6)
+    wait_for(5) { @out.string.include?("lost") }
+    assert_match(/WARN -- lockyard: lock .*lost-\h+.* lost: /, @out.string)
+    assert_equal 1, Thread.list.count { |thread| thread.name == "lockyard-logs" }
+  end
+
+  def test_the_loggers_level_filters_and_a_changed_level_is_followed
+    @logger.level = Logger::ERROR
+    Lockyard.logger = @logger
+    lock = lose_a_lock(db: 7)
+    wait_for(3) { !lock.healthy? }
+    sleep 0.3
+    assert_empty @out.string
+    @logger.level = Logger::WARN
+    sleep Lockyard::Logs::LEVEL_CHECK + 0.2
+    lose_a_lock(db: 7)
+    wait_for(5) { @out.string.include?("lost") }
+    assert_match(/WARN -- lockyard: .* lost: /, @out.string)
+  end
+
+  def test_nil_turns_logging_off
+    Lockyard.logger = nil
+    assert_nil Lockyard.logger
+    lock = lose_a_lock(db: 8)
+    wait_for(3) { !lock.healthy? }
+    Lockyard.logger = @logger
+    sleep 0.3
+    assert_empty @out.string
+  end
+
+  def test_a_forked_child_forwards_its_own_records
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "child.log")
+      Lockyard.logger = Logger.new(path)
+      pid = fork do # the child inherits the Logger, not the forwarding thread
+        lose_a_lock(db: 9)
+        wait_for(5) { File.read(path).include?(" lost: ") }
+        exit!(Thread.list.count { |thread| thread.name == "lockyard-logs" } == 1 ? 0 : 2)
+      end
+      Process.wait(pid)
+      assert_equal 0, $?.exitstatus
+      assert_match(/##{pid}\] +WARN -- lockyard: .* lost: /, File.read(path))
+    end
+  end
+end
