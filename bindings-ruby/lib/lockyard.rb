@@ -16,6 +16,8 @@
 #   quota.synchronize do |slot|   # at most 10 at a time, across every process
 #     slot.check_health!
 #   end
+#
+#   Lockyard.logger = Logger.new($stderr, level: Logger::WARN)   # default nil: silent
 module Lockyard
 end
 

@@ -110,7 +110,9 @@ module Lockyard
 
       # @!method healthy?
       #   Whether the calling thread's hold is healthy: refreshes succeed and
-      #   its lease has not run out. Reads a flag; cheap in a loop.
+      #   its lease has not run out. Reads a flag; cheap in a loop. With
+      #   +hold_per_instance+, this, {#unlock}, {#abandon} and {#check_health!}
+      #   act on the hold of whichever thread took it.
       #   @raise [Lockyard::NotLockedError] if this thread does not hold the lock
       # @!method try_lock
       #   One attempt, never waits. @return [Boolean]

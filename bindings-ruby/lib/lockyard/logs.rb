@@ -61,8 +61,11 @@ module Lockyard
 
       # Restarts the forwarder in a forked child, where no thread but the
       # forking one survives, and forgets records the parent had not
-      # forwarded yet (the parent forwards them).
+      # forwarded yet (the parent forwards them). Nothing to do in a
+      # process that never logged.
       def after_fork
+        return unless @forwarder
+
         @forwarder = nil
         take(0)
         start_forwarder if @loggers.any?
