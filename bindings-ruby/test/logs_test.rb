@@ -3,6 +3,7 @@
 require_relative "test_helper"
 require "logger"
 require "stringio"
+require_relative "gcs_test"
 
 # Lockyard.logger: every primitive's records, from the core's background
 # threads, reach a Ruby Logger without any further lockyard call.
@@ -81,5 +82,27 @@ class LogsTest < Minitest::Test
       assert_equal 0, $?.exitstatus
       assert_match(/##{pid}\] +WARN -- lockyard: .* lost: /, File.read(path))
     end
+  end
+
+  # A Logger that blocks holds up no lock call: records past the queue's
+  # 1024 are dropped, and then counted in a warning.
+  def test_a_stuck_logger_never_delays_a_lock_call_and_drops_are_counted
+    gcs = GcsLockTest.fake_gcs or skip("fake-gcs-server not found")
+    gate = Queue.new
+    stuck = Logger.new(@out)
+    stuck.define_singleton_method(:add) do |*args|
+      gate.pop if gate
+      super(*args)
+    end
+    Lockyard.logger = stuck
+    lock = Lockyard::GCS::Lock.new(bucket_name: "locks", path: "logs/#{SecureRandom.hex(4)}", ttl: 30,
+                                   cloud_storage_options: { emulator_host: gcs.host })
+    started = monotonic
+    400.times { lock.synchronize { nil } } # 4 records each
+    assert_operator monotonic - started, :<, 20
+    gate << :go
+    gate = nil
+    wait_for(5) { @out.string.include?("dropped") }
+    assert_match(/WARN -- lockyard: \d+ log records dropped: the logger did not keep up/, @out.string)
   end
 end
