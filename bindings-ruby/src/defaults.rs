@@ -54,6 +54,10 @@ fn core_defaults(ruby: &Ruby) -> Result<RHash, Error> {
             "thread_safe",
             GcsLockBuilder::DEFAULT_THREAD_SAFE.into_value_with(ruby),
         ),
+        (
+            "hold_per_instance",
+            GcsLockBuilder::DEFAULT_HOLD_PER_INSTANCE.into_value_with(ruby),
+        ),
         ("ttl", seconds(GcsLockBuilder::DEFAULT_TTL)),
         (
             "max_refresh_fails",

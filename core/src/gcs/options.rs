@@ -69,6 +69,9 @@ impl LockBuilder {
     /// Whether each thread is a holder of its own unless
     /// [`LockBuilder::thread_safe`] says otherwise.
     pub const DEFAULT_THREAD_SAFE: bool = true;
+    /// Whether one hold serves every thread unless
+    /// [`LockBuilder::hold_per_instance`] says otherwise.
+    pub const DEFAULT_HOLD_PER_INSTANCE: bool = false;
     /// How long one HTTP request may take unless
     /// [`LockBuilder::request_timeout`] sets it.
     pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
@@ -84,7 +87,7 @@ impl LockBuilder {
             backoff_multiplier: Self::DEFAULT_BACKOFF_MULTIPLIER,
             instance_identity_prefix: None,
             thread_safe: Self::DEFAULT_THREAD_SAFE,
-            hold_per_instance: false,
+            hold_per_instance: Self::DEFAULT_HOLD_PER_INSTANCE,
             object_acl: None,
             credentials: Credentials::Default,
             emulator_host: None,
@@ -135,8 +138,9 @@ impl LockBuilder {
     }
     /// With `true`, the gem's semantics: a lock object has one hold at a
     /// time, whichever thread took it, and `release`, `abandon`, `healthy`
-    /// and `check_health` on any thread act on that hold (default false:
-    /// each thread reaches only its own, as with the Redis lock).
+    /// and `check_health` on any thread act on that hold (default
+    /// [`DEFAULT_HOLD_PER_INSTANCE`](Self::DEFAULT_HOLD_PER_INSTANCE): each
+    /// thread reaches only its own, as with the Redis lock).
     pub fn hold_per_instance(mut self, per_instance: bool) -> Self {
         self.hold_per_instance = per_instance;
         self
