@@ -108,6 +108,18 @@ class CompatTest < Minitest::Test
     end
   end
 
+  # The gem's hold is the Lock object's: a thread that took it and ended
+  # does not end it (the thread watcher releases only per-thread holds).
+  def test_a_hold_outlives_the_thread_that_took_it
+    lock = new_lock(ttl: 10)
+    in_thread { lock.lock }
+    sleep Lockyard::ThreadWatch::PERIOD * 4
+    assert lock.healthy?
+    assert lock.locked_according_to_server?
+    assert_raises(Compat::TimeoutError) { new_lock(ttl: 10).lock(timeout: 0.3) }
+    assert_equal true, lock.unlock
+  end
+
   def test_abandon_from_another_thread_forgets_the_objects_hold
     lock = new_lock(ttl: 10)
     lock.lock

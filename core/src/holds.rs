@@ -123,6 +123,10 @@ struct Table<V> {
     /// How the lock gives a hold back when nobody waits for it: on drop, in
     /// the background.
     give_back: GiveBack<V>,
+    /// The holds belong to the lock object, not to the holder that took
+    /// them (the GCS lock's `hold_per_instance`): a holder that ends does
+    /// not end them.
+    outlive_holders: bool,
 }
 
 type GiveBack<V> = Box<dyn Fn(V) -> Result<bool> + Send + Sync>;
@@ -130,14 +134,30 @@ type GiveBack<V> = Box<dyn Fn(V) -> Result<bool> + Send + Sync>;
 impl<V: Held + Send + 'static> PerHolder<V> {
     /// `give_back` releases a hold on drop and in the background (a holder
     /// that ended without releasing, a lock dropped by a garbage collector).
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "etcd", feature = "quorum")),
+        allow(dead_code, reason = "the GCS lock alone builds with_owner")
+    )]
     pub(crate) fn new(
         what: String,
         give_back: impl Fn(V) -> Result<bool> + Send + Sync + 'static,
+    ) -> Self {
+        Self::with_owner(what, give_back, false)
+    }
+
+    /// [`PerHolder::new`]; with `outlive_holders`, a hold is the lock
+    /// object's: it stays when the thread (or owner) that took it ends,
+    /// and only a release, an abandon or the lock's drop ends it.
+    pub(crate) fn with_owner(
+        what: String,
+        give_back: impl Fn(V) -> Result<bool> + Send + Sync + 'static,
+        outlive_holders: bool,
     ) -> Self {
         let table = Arc::new(Table {
             holds: Holds::new(),
             what,
             give_back: Box::new(give_back),
+            outlive_holders,
         });
         let shared: Arc<dyn Holders> = table.clone();
         owners::register(Arc::downgrade(&shared));
@@ -188,10 +208,16 @@ impl<V: Held + Send + 'static> Table<V> {
 
 impl<V: Held + Send + 'static> Holders for Table<V> {
     fn holding(&self, holding: &mut HashSet<u64>) {
+        if self.outlive_holders {
+            return;
+        }
         holding.extend(self.holds.get().keys().copied());
     }
 
     fn release_in_background(self: Arc<Self>, holders: &HashSet<u64>) -> Option<String> {
+        if self.outlive_holders {
+            return None;
+        }
         let ended: Vec<V> = {
             let mut holds = self.holds.get();
             holders.iter().filter_map(|h| holds.remove(h)).collect()

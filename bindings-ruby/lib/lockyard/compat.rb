@@ -17,7 +17,8 @@
 #   ignored for a stated reason or rejected by name
 #   ({Lockyard::GCS::StorageOptions});
 # - one hold per Lock object: +unlock+, +abandon+, +healthy?+ and
-#   +check_health!+ from any thread act on it, as in the gem.
+#   +check_health!+ from any thread act on it, and it outlives the thread
+#   that took it, as in the gem.
 #
 # What it changes: without +instance_identity_prefix+, each Lock object has
 # an identity of its own (the gem's default is shared by a whole process,

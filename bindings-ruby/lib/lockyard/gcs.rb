@@ -59,8 +59,8 @@ module Lockyard
       # @param timeout [Numeric, nil] default wait of {#lock}; nil waits forever
       # @param hold_per_instance [Boolean, nil] true: the gem's semantics, where the lock
       #   object has one hold at a time and +unlock+, +abandon+, +healthy?+ and
-      #   +check_health!+ from any thread act on it (default false: each thread
-      #   reaches only its own hold)
+      #   +check_health!+ from any thread act on it, and it outlives the thread that
+      #   took it (default false: each thread reaches only its own hold)
       # @raise [Lockyard::ConfigError]
       def self.new(bucket_name:, path:, instance_identity_prefix: nil, thread_safe: nil,
                    logger: nil, logger_mutex: Mutex.new, ttl: nil, refresh_interval: nil,

@@ -65,9 +65,13 @@ impl Lock {
         let engine = Arc::new(engine);
         let giver = engine.clone();
         Lock {
-            holds: PerHolder::new(engine.what.clone(), move |hold| {
-                giver.release(hold, &|| false)
-            }),
+            // With hold_per_instance the hold is the lock object's (the
+            // gem's): the thread that took it may end and another unlock it.
+            holds: PerHolder::with_owner(
+                engine.what.clone(),
+                move |hold| giver.release(hold, &|| false),
+                hold_per_instance,
+            ),
             engine,
             identity_prefix,
             random_prefix: random_hex(12),
