@@ -78,6 +78,24 @@ class CompatTest < Minitest::Test
     end
   end
 
+  # A wrong type is a ConfigError naming its key, even where another key
+  # would win (timeout over the phase timeouts); nil is Storage.new's
+  # default, as if the key were left out.
+  def test_storage_options_of_a_wrong_type_are_config_errors_and_nil_is_left_out
+    translate = ->(given) { Lockyard::GCS::StorageOptions.translate(given, nil) }
+    { { open_timeout: 1, read_timeout: "5" } => /read_timeout must be a non-negative Numeric/,
+      { timeout: 5, open_timeout: "junk" } => /open_timeout must be a non-negative Numeric/,
+      { send_timeout: -1 } => /send_timeout must be a non-negative/,
+      { 1 => 2 } => /keys are option names.*not 1/ }.each do |given, message|
+      error = assert_raises(Lockyard::ConfigError, given.inspect) { translate[given] }
+      assert_match(message, error.message)
+    end
+    assert_equal({}, translate[{ credentials: nil, keyfile: nil, scope: nil, universe_domain: nil,
+                                 open_timeout: nil, endpoint: nil }])
+    assert_equal({}, Lockyard::GCS::StorageOptions.translate(nil, { user_project: nil }))
+    assert_equal({ request_timeout: 7 }, translate[{ open_timeout: 2, read_timeout: 7 }])
+  end
+
   Signet = Struct.new(:issuer, :signing_key, :client_id, :client_secret, :refresh_token, keyword_init: true)
   Credentials = Struct.new(:client)
 

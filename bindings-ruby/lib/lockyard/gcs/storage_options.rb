@@ -53,17 +53,24 @@ module Lockyard
           return {} if given.nil?
           raise ConfigError, "#{name} must be a Hash, not #{given.class}" unless given.is_a?(Hash)
 
-          given.transform_keys(&:to_sym)
+          given.transform_keys do |key|
+            next key.to_sym if key.is_a?(String) || key.is_a?(Symbol)
+
+            raise ConfigError, "#{name}: keys are option names (Symbols or Strings), not #{key.inspect}"
+          end
         end
 
         def storage_options(given)
           options = {}
           given.each do |key, value|
+            # nil is Google::Cloud::Storage.new's default for every key: as if left out.
+            next if value.nil?
+
             case key
             when :credentials, :keyfile then options.merge!(credentials(key, value))
             when :emulator_host, :endpoint then options[key] = value
             when :timeout then options[:request_timeout] = value
-            when *PHASE_TIMEOUTS then nil
+            when *PHASE_TIMEOUTS then check_type(key, value, Numeric)
             when :scope then check_scope(value)
             when :universe_domain then check_universe(value)
             when *IGNORED.keys then check_type(key, value, IGNORED[key])
@@ -79,6 +86,8 @@ module Lockyard
 
         def bucket_options(given)
           given.each_with_object({}) do |(key, value), options|
+            next if value.nil? # Project#bucket's default, as if left out
+
             case key
             when :user_project
               options[:user_project] = user_project(value)
