@@ -43,6 +43,14 @@ class CompatTest < Minitest::Test
     refute_operator Lockyard::BackendError, :===, Compat::ConfigError.new("x")
   end
 
+  # The widened === answers for any object, as Module#=== does: a
+  # BasicObject has no is_a?.
+  def test_lockyard_error_matches_any_object_as_before
+    refute_operator Lockyard::Error, :===, BasicObject.new
+    assert_equal [], [BasicObject.new, 1].grep(Lockyard::ConfigError)
+    assert_operator Lockyard::Error, :===, Compat::ConfigError.new("x")
+  end
+
   def test_every_key_of_google_cloud_storage_new_is_taken_or_ignored
     writable = "https://www.googleapis.com/auth/devstorage.full_control"
     options = { emulator_host: @gcs.host, project_id: "p", project: "p", retries: 3, timeout: 5,

@@ -52,11 +52,13 @@ module Lockyard
   end
 
   # Prepended to Lockyard::Error's singleton class, so it serves every
-  # subclass's === as well.
+  # subclass's === as well. It asks ForeignError === rather than the
+  # object's is_a?, which a BasicObject (or a proxy) lacks: +case+ and
+  # +grep+ on any object answer as they did without compat.
   # @api private
   module ForeignErrorMatching
     def ===(error)
-      super || (error.is_a?(ForeignError) && error.lockyard_class.ancestors.include?(self))
+      super || (ForeignError === error && error.lockyard_class.ancestors.include?(self)) # rubocop:disable Style/CaseEquality
     end
   end
   Error.singleton_class.prepend(ForeignErrorMatching)
