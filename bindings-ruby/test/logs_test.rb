@@ -84,6 +84,34 @@ class LogsTest < Minitest::Test
     end
   end
 
+  # An exception of any class from a Logger, or raised into the
+  # forwarding thread, loses at most a record: later ones still arrive.
+  def test_a_logger_raising_any_exception_does_not_stop_forwarding
+    gcs = GcsLockTest.fake_gcs or skip("fake-gcs-server not found")
+    calls = 0
+    failing = Logger.new(@out)
+    failing.define_singleton_method(:add) do |*args|
+      calls += 1
+      raise NotImplementedError, "not here" if calls == 1
+
+      super(*args)
+    end
+    lock = Lockyard::GCS::Lock.new(bucket_name: "locks", path: "logs/#{SecureRandom.hex(4)}", ttl: 30,
+                                   logger: failing, cloud_storage_options: { emulator_host: gcs.host })
+    _, err = capture_io do
+      lock.synchronize { nil }
+      wait_for(3) { calls > 1 }
+      Thread.list.find { |thread| thread.name == "lockyard-logs" }&.raise(Interrupt, "stray")
+      sleep 0.2
+      @out.truncate(0)
+      lock.synchronize { nil }
+      wait_for(3) { @out.string.include?("Unlocked") }
+    end
+    assert_match(/DEBUG -- lockyard: Unlocked$/, @out.string)
+    assert_match(/the logger raised NotImplementedError: not here/, err)
+    assert_equal 1, Thread.list.count { |thread| thread.name == "lockyard-logs" }
+  end
+
   # A Logger that blocks holds up no lock call: records past the queue's
   # 1024 are dropped, and then counted in a warning.
   def test_a_stuck_logger_never_delays_a_lock_call_and_drops_are_counted

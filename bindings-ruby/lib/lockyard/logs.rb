@@ -83,9 +83,11 @@ module Lockyard
         follow_level
       end
 
+      # A Logger without a numeric +level+ takes every record.
       def follow_level
         logger, = @loggers[0]
-        self.max_severity = logger && (logger.respond_to?(:level) ? Integer(logger.level) : Logger::DEBUG)
+        level = logger.respond_to?(:level) ? Integer(logger.level, exception: false) : nil if logger
+        self.max_severity = logger && (level || Logger::DEBUG)
       end
 
       def start_forwarder
@@ -98,12 +100,19 @@ module Lockyard
         end
       end
 
+      # Runs until the process ends (or Thread#kill): an exception, whether
+      # a Logger's (of any class: NotImplementedError, SystemExit from a
+      # Logger that calls exit) or raised into this thread (Thread#raise,
+      # Timeout), costs at most the records in hand, never the forwarding
+      # of all later ones.
       def forward
         loop do
           take(LEVEL_CHECK).each { |number, severity, message| deliver(number, severity, message) }
           lost = dropped
           deliver(0, Logger::WARN, "#{lost} log records dropped: the logger did not keep up") if lost.positive?
           follow_level
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          warn("lockyard: forwarding log records failed: #{e.class}: #{e.message}")
         end
       end
 
@@ -111,7 +120,7 @@ module Lockyard
       def deliver(number, severity, message)
         logger, mutex = @loggers[number]
         mutex&.synchronize { logger.add(severity, message, "lockyard") }
-      rescue StandardError => e
+      rescue Exception => e # rubocop:disable Lint/RescueException
         warn("lockyard: the logger raised #{e.class}: #{e.message}")
       end
     end
