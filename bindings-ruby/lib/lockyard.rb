@@ -30,7 +30,11 @@ Lockyard.private_class_method :finish_background_work
 # A process that ends on an uncaught Interrupt dies by SIGINT, after the
 # at_exit blocks and without C's atexit: the releases and deletes handed to
 # the background (a wait given up on Ctrl-C) are waited for here.
-at_exit { Lockyard.send(:finish_background_work) }
+at_exit do
+  Lockyard.send(:finish_background_work)
+  # Then the records those releases (and the program's last calls) made.
+  Lockyard::Logs.send(:flush)
+end
 require_relative "lockyard/logs"
 require_relative "lockyard/thread_watch"
 require_relative "lockyard/synchronize"

@@ -7,7 +7,7 @@
 //! primitive), another for a GCS lock's own `logger:`.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once};
 use std::time::{Duration, Instant};
 
@@ -28,12 +28,15 @@ struct Queue {
     records: Mutex<VecDeque<Record>>,
     arrived: Condvar,
     dropped: AtomicU64,
+    /// Set by `wake`: the next (or current) `take` returns at once.
+    woken: AtomicBool,
 }
 
 static QUEUE: Queue = Queue {
     records: Mutex::new(VecDeque::new()),
     arrived: Condvar::new(),
     dropped: AtomicU64::new(0),
+    woken: AtomicBool::new(false),
 };
 
 impl Queue {
@@ -52,6 +55,9 @@ impl Queue {
         let until = Instant::now() + timeout;
         let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
         while records.is_empty() {
+            if self.woken.swap(false, Ordering::Relaxed) {
+                break;
+            }
             if interrupted() {
                 return Err(lockyard::Error::Interrupted("log records".into()));
             }
@@ -106,6 +112,7 @@ pub(crate) fn define(lockyard: RModule) -> Result<(), Error> {
     let logs = lockyard.define_module("Logs")?;
     logs.define_singleton_method("take", function!(take, 1))?;
     logs.define_singleton_method("dropped", function!(dropped, 0))?;
+    logs.define_singleton_method("wake", function!(wake, 0))?;
     logs.define_singleton_method("max_severity=", function!(set_max_severity, 1))?;
     Ok(())
 }
@@ -115,6 +122,13 @@ pub(crate) fn define(lockyard: RModule) -> Result<(), Error> {
 fn take(ruby: &Ruby, timeout: f64) -> Result<Vec<Record>, Error> {
     let timeout = Duration::try_from_secs_f64(timeout.clamp(0.0, 3600.0)).unwrap_or_default();
     nogvl::blocking(ruby, |interrupted| QUEUE.take(timeout, interrupted))
+}
+
+/// Ends the forwarder's wait now (at exit), records or not.
+fn wake() {
+    let _records = QUEUE.records.lock().unwrap_or_else(|e| e.into_inner());
+    QUEUE.woken.store(true, Ordering::Relaxed);
+    QUEUE.arrived.notify_all();
 }
 
 /// How many records were dropped since the last call.

@@ -2,6 +2,7 @@
 
 require_relative "test_helper"
 require "logger"
+require "open3"
 require "stringio"
 require_relative "gcs_test"
 
@@ -82,6 +83,35 @@ class LogsTest < Minitest::Test
       assert_equal 0, $?.exitstatus
       assert_match(/##{pid}\] +WARN -- lockyard: .* lost: /, File.read(path))
     end
+  end
+
+  LAST_RECORDS = <<~'RUBY'
+    require "lockyard"
+    $stdout.sync = true
+    logger = Logger.new($stdout)
+    if ARGV[1] == "stuck"
+      def logger.add(*) = sleep
+    end
+    lock = Lockyard::GCS::Lock.new(bucket_name: "locks", path: "logs/exit-#{rand(2**32)}", ttl: 30,
+                                   logger: logger, cloud_storage_options: { emulator_host: ARGV[0] })
+    lock.lock
+    lock.unlock
+  RUBY
+
+  # A program's last records reach its Logger before it exits (they were
+  # lost when the exit killed the forwarder first), and a stuck Logger
+  # holds the exit up for Logs::EXIT_FLUSH at most.
+  def test_the_last_records_are_forwarded_at_exit_and_a_stuck_logger_does_not_hang_it
+    gcs = GcsLockTest.fake_gcs or skip("fake-gcs-server not found")
+    5.times do
+      out, err, status = Open3.capture3(RbConfig.ruby, *ruby_include, "-e", LAST_RECORDS, gcs.host)
+      assert status.success?, err
+      assert_match(/DEBUG -- lockyard: Unlocked$/, out)
+    end
+    started = monotonic
+    _, err, status = Open3.capture3(RbConfig.ruby, *ruby_include, "-e", LAST_RECORDS, gcs.host, "stuck")
+    assert status.success?, err
+    assert_operator monotonic - started, :<, Lockyard::Logs::EXIT_FLUSH + 5
   end
 
   # An exception of any class from a Logger, or raised into the

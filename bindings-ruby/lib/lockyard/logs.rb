@@ -36,13 +36,16 @@ module Lockyard
   module Logs
     # How often the forwarder looks at the root Logger's level.
     LEVEL_CHECK = 1.0
+    # How long the program's exit waits for the Loggers to take the
+    # records still queued (a stuck Logger delays the exit no longer).
+    EXIT_FLUSH = 2.0
 
     @loggers = {}
     @numbers = 0
     @start = Mutex.new
 
     class << self
-      private :take, :dropped, :max_severity=
+      private :take, :dropped, :wake, :max_severity=
 
       # A number for +logger+, whose records the core tags with it. Hash
       # writes need no Mutex under the GVL, and none is taken: unregister
@@ -72,6 +75,28 @@ module Lockyard
       end
 
       private
+
+      # Run at exit, after lockyard's background releases: the forwarder
+      # delivers what is still queued and ends, within EXIT_FLUSH seconds.
+      # Without it the program's last records (+Unlocked+, a release's
+      # warning) were lost whenever the exit killed the forwarder first. A
+      # forwarder stuck in a Logger is left as it is: the exit kills it.
+      def flush
+        forwarder = @forwarder
+        return unless forwarder&.alive?
+
+        @closing = true
+        wake
+        forwarder.join(EXIT_FLUSH)
+        @closing = false
+        # at_exit blocks registered before lockyard's still run (minitest's
+        # tests do): their records need a forwarder too.
+        begin
+          start_forwarder if @loggers.any?
+        rescue ThreadError
+          nil # the VM is tearing threads down
+        end
+      end
 
       def root=(logger)
         if logger
@@ -107,9 +132,12 @@ module Lockyard
       # of all later ones.
       def forward
         loop do
-          take(LEVEL_CHECK).each { |number, severity, message| deliver(number, severity, message) }
+          closing = @closing
+          take(closing ? 0 : LEVEL_CHECK).each { |number, severity, message| deliver(number, severity, message) }
           lost = dropped
           deliver(0, Logger::WARN, "#{lost} log records dropped: the logger did not keep up") if lost.positive?
+          break if closing
+
           follow_level
         rescue Exception => e # rubocop:disable Lint/RescueException
           warn("lockyard: forwarding log records failed: #{e.class}: #{e.message}")
