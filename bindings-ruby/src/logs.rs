@@ -6,9 +6,10 @@
 //! 0 for `Lockyard.logger` (the `log` crate's records, from every
 //! primitive), another for a GCS lock's own `logger:`.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Once};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 use lockyard::gcs::LogSink;
@@ -108,7 +109,52 @@ pub(crate) fn sink(logger: u64) -> LogSink {
     Arc::new(move |level, message: &str| QUEUE.push(logger, level, message.to_owned()))
 }
 
+thread_local! {
+    /// The queue, locked by the forking thread from just before a fork()
+    /// to just after it, in parent and child.
+    static LOCKED_FOR_FORK: RefCell<Option<MutexGuard<'static, VecDeque<Record>>>> =
+        const { RefCell::new(None) };
+}
+
+/// Before fork(): takes the queue's lock, so that no other thread (a
+/// runtime thread pushing a record, the forwarder taking some) holds it
+/// when the child is made. The child has no other thread: a lock one held
+/// there would stay locked, and its forwarder's first `take` (in the fork
+/// hook, before `fork` returns) would wait forever.
+extern "C" fn lock_before_fork() {
+    let records = QUEUE.records.lock().unwrap_or_else(|e| e.into_inner());
+    LOCKED_FOR_FORK.with(|held| *held.borrow_mut() = Some(records));
+}
+
+extern "C" fn unlock_in_parent() {
+    LOCKED_FOR_FORK.with(|held| drop(held.borrow_mut().take()));
+}
+
+/// The child forgets the records the parent forwards itself.
+extern "C" fn unlock_in_child() {
+    LOCKED_FOR_FORK.with(|held| {
+        if let Some(mut records) = held.borrow_mut().take() {
+            records.clear();
+        }
+    });
+}
+
 pub(crate) fn define(lockyard: RModule) -> Result<(), Error> {
+    // SAFETY: the handlers only lock and unlock a static Mutex, on the
+    // forking thread; registered once, at load.
+    let registered = unsafe {
+        libc::pthread_atfork(
+            Some(lock_before_fork),
+            Some(unlock_in_parent),
+            Some(unlock_in_child),
+        )
+    };
+    if registered != 0 {
+        return Err(Error::new(
+            Ruby::get_with(lockyard).exception_no_mem_error(),
+            "lockyard: pthread_atfork failed",
+        ));
+    }
     let logs = lockyard.define_module("Logs")?;
     logs.define_singleton_method("take", function!(take, 1))?;
     logs.define_singleton_method("dropped", function!(dropped, 0))?;

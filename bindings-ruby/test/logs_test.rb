@@ -85,6 +85,33 @@ class LogsTest < Minitest::Test
     end
   end
 
+  # fork() while the core's threads push records: a child made while one
+  # of them held the queue's lock found it locked forever, and hung in
+  # the fork hook's first take, before fork returned (about 1 in 80).
+  def test_forking_while_records_flow_never_hangs_the_child
+    gcs = GcsLockTest.fake_gcs or skip("fake-gcs-server not found")
+    quiet = Logger.new(File::NULL)
+    locks = Array.new(16) do
+      Lockyard::GCS::Lock.new(bucket_name: "locks", path: "logs/fork-#{SecureRandom.hex(4)}", ttl: 1,
+                              refresh_interval: 0.01, thread_safe: false, logger: quiet,
+                              cloud_storage_options: { emulator_host: gcs.host })
+    end
+    locks.each(&:lock)
+    hung = 400.times.count do
+      pid = fork { exit!(0) }
+      deadline = monotonic + 3
+      sleep 0.001 until (reaped = Process.waitpid(pid, Process::WNOHANG)) || monotonic > deadline
+      next false if reaped
+
+      Process.kill(:KILL, pid)
+      Process.wait(pid)
+      true
+    end
+    assert_equal 0, hung, "children that hung in fork"
+  ensure
+    locks&.each(&:abandon)
+  end
+
   LAST_RECORDS = <<~'RUBY'
     require "lockyard"
     $stdout.sync = true
