@@ -141,6 +141,28 @@ class LogsTest < Minitest::Test
     assert_operator monotonic - started, :<, Lockyard::Logs::EXIT_FLUSH + 5
   end
 
+  # Without Lockyard.logger (the compat default: a Logger per lock), the
+  # count of dropped records still reaches someone: $stderr.
+  def test_drops_are_counted_on_stderr_without_lockyard_logger
+    gcs = GcsLockTest.fake_gcs or skip("fake-gcs-server not found")
+    gate = Queue.new
+    stuck = Logger.new(@out)
+    stuck.define_singleton_method(:add) do |*args|
+      gate.pop if gate
+      super(*args)
+    end
+    lock = Lockyard::GCS::Lock.new(bucket_name: "locks", path: "logs/#{SecureRandom.hex(4)}", ttl: 30,
+                                   logger: stuck, cloud_storage_options: { emulator_host: gcs.host })
+    _, err = capture_io do
+      400.times { lock.synchronize { nil } }
+      gate << :go
+      gate = nil
+      wait_for(5) { @out.string.include?("Unlocked") }
+      sleep 0.3
+    end
+    assert_match(/lockyard: \d+ log records dropped: the logger did not keep up/, err)
+  end
+
   # An exception of any class from a Logger, or raised into the
   # forwarding thread, loses at most a record: later ones still arrive.
   def test_a_logger_raising_any_exception_does_not_stop_forwarding

@@ -18,7 +18,8 @@ module Lockyard
     # records reach the Logger through a queue that one Ruby thread per
     # process drains, so they arrive promptly from background refreshes
     # too, and a slow Logger never delays a lock call (past 1024 waiting
-    # records, new ones are dropped and counted in a warning).
+    # records, new ones are dropped and counted in a warning, to this
+    # Logger or, when it is nil, to $stderr).
     # @return [Logger, nil]
     attr_reader :logger
 
@@ -134,14 +135,24 @@ module Lockyard
         loop do
           closing = @closing
           take(closing ? 0 : LEVEL_CHECK).each { |number, severity, message| deliver(number, severity, message) }
-          lost = dropped
-          deliver(0, Logger::WARN, "#{lost} log records dropped: the logger did not keep up") if lost.positive?
+          report_dropped(dropped)
           break if closing
 
           follow_level
         rescue Exception => e # rubocop:disable Lint/RescueException
           warn("lockyard: forwarding log records failed: #{e.class}: #{e.message}")
         end
+      end
+
+      # To Lockyard.logger, or without one (a lock's own +logger:+ only,
+      # as under compat) to $stderr: the loss is never silent.
+      def report_dropped(lost)
+        return unless lost.positive?
+
+        message = "#{lost} log records dropped: the logger did not keep up"
+        return deliver(0, Logger::WARN, message) if @loggers.key?(0)
+
+        warn("lockyard: #{message}")
       end
 
       # A Logger that raises loses that record, not the forwarder.
