@@ -146,6 +146,27 @@ class CompatTest < Minitest::Test
     assert_equal true, lock.unlock
   end
 
+  # A hold lost (its object deleted) and a newer one taken by another
+  # thread: the Lock object's hold is the newer, as in the gem, whose
+  # state the newer lock overwrote. Other threads' calls reach it, not
+  # the lost one, whichever the map lists first.
+  def test_other_threads_reach_the_newest_hold_not_a_lost_one
+    paths = Array.new(6) { |i| "#{@path}-#{i}" }
+    locks = paths.map { |path| new_lock(path: path, ttl: 3, refresh_interval: 0.1) }
+    locks.zip(paths).each do |lock, path|
+      lock.lock
+      @gcs.call(:delete, "/storage/v1/b/locks/o/#{URI.encode_www_form_component(path)}")
+    end
+    wait_for(5) { locks.none?(&:healthy?) } # this thread's own holds, all lost
+    locks.each { |lock| in_thread { lock.lock(timeout: 5) } }
+    locks.each do |lock|
+      assert in_thread { lock.healthy? }
+      assert_equal true, in_thread { lock.unlock }
+      refute lock.locked_according_to_server?
+      assert_equal false, lock.unlock # this thread's own, lost
+    end
+  end
+
   def test_abandon_from_another_thread_forgets_the_objects_hold
     lock = new_lock(ttl: 10)
     lock.lock

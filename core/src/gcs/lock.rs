@@ -316,9 +316,13 @@ impl Lock {
     }
 
     /// The hold that release, abandon and the health checks act on: the
-    /// holder's own, or with `hold_per_instance` the one there is (a GCS
-    /// object has one holder at a time, so a lock object has at most one
-    /// hold that is not already lost).
+    /// holder's own, or with `hold_per_instance` the newest there is. A
+    /// GCS object has one holder at a time, so a lock object has at most
+    /// one hold that is not already lost, and it is the newest: a hold
+    /// lost (its object deleted or taken over) stays in the map, with an
+    /// older generation, until released, while another thread may take the
+    /// object anew. Any other pick (the map's first) could report the lost
+    /// hold unhealthy and release it, leaving the live one held.
     fn reached(&self) -> u64 {
         let own = self.key();
         if !self.hold_per_instance {
@@ -328,7 +332,10 @@ impl Lock {
         if holds.contains_key(&own) {
             return own;
         }
-        holds.keys().next().copied().unwrap_or(own)
+        holds
+            .iter()
+            .max_by_key(|(_, hold)| hold.generation)
+            .map_or(own, |(holder, _)| *holder)
     }
 
     fn holds(&self) -> ProcessHolds<'_, u64, Hold> {
