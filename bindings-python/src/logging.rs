@@ -148,7 +148,46 @@ pub(crate) fn install(py: Python<'_>) {
     if log::set_logger(&QUEUED).is_ok() {
         // A logging module patched beyond use: the next call says so.
         let _ = follow_level(py);
+        // SAFETY: the handlers only lock and unlock a static mutex, on the
+        // forking thread. Without them a child forked while a runtime
+        // thread pushed a record would find the queue locked for good.
+        // Failing (ENOMEM) leaves that narrow window open, nothing worse.
+        unsafe {
+            libc::pthread_atfork(
+                Some(lock_before_fork),
+                Some(unlock_in_parent),
+                Some(unlock_in_child),
+            );
+        }
     }
+}
+
+thread_local! {
+    /// The queue's guard, held by the forking thread across `fork`.
+    static LOCKED_FOR_FORK: std::cell::RefCell<Option<MutexGuard<'static, VecDeque<Record>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Holds the queue across `fork`, so that no thread holds it when the child
+/// is made: the child has no other thread, and a lock held by one would
+/// stay locked. Nobody holds the queue while waiting for the GIL (which the
+/// forking thread has), so this waits at most for one push or drain.
+extern "C" fn lock_before_fork() {
+    let records = queue();
+    LOCKED_FOR_FORK.with(|held| *held.borrow_mut() = Some(records));
+}
+
+extern "C" fn unlock_in_parent() {
+    LOCKED_FOR_FORK.with(|held| drop(held.borrow_mut().take()));
+}
+
+/// The child forgets the records its parent forwards itself.
+extern "C" fn unlock_in_child() {
+    LOCKED_FOR_FORK.with(|held| {
+        if let Some(mut records) = held.borrow_mut().take() {
+            records.clear();
+        }
+    });
 }
 
 /// The command line's warnings go nowhere: it says what happened in its
