@@ -1,5 +1,5 @@
-"""Fixtures: a private redis-server per test, unique lock names, and user
-scripts run in separate Python processes."""
+"""Fixtures: a private redis-server per test, GCS test servers, unique lock
+names, and user scripts run in separate Python processes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from etcd_server import Etcd
+from gcs_servers import GcsServer, start_faithful_gcs, start_fake_gcs
 from redis_server import Redis
 
 
@@ -20,6 +21,27 @@ from redis_server import Redis
 def redis(tmp_path: Path) -> Iterator[Redis]:
     """A fresh redis-server without persistence, killed after the test."""
     server = Redis(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gcs(monkeypatch: pytest.MonkeyPatch) -> Iterator[GcsServer]:
+    """The faithful GCS test server, fresh per test, as STORAGE_EMULATOR_HOST."""
+    server = start_faithful_gcs()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.host)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def fake_gcs() -> Iterator[GcsServer]:
+    """fake-gcs-server, shared by a module's tests (each sets the host)."""
+    server = start_fake_gcs()
     try:
         yield server
     finally:

@@ -14,20 +14,10 @@ from typing import Any
 
 import lockyard
 import pytest
-from gcs_servers import FaultProxy, GcsServer, start_faithful_gcs, start_fault_proxy
+from gcs_servers import FaultProxy, GcsServer, start_fault_proxy
 from lockyard.gcs import Lock
 
 FAST: dict[str, Any] = {"backoff_min": 0.02, "backoff_max": 0.1}
-
-
-@pytest.fixture
-def gcs(monkeypatch: pytest.MonkeyPatch) -> Iterator[GcsServer]:
-    server = start_faithful_gcs()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.host)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_uncontended_cycle_is_two_requests(gcs: GcsServer) -> None:

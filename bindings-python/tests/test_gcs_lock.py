@@ -6,29 +6,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import lockyard
 import pytest
-from gcs_servers import GcsServer, start_fake_gcs
+from gcs_servers import GcsServer
 from lockyard.gcs import Lock
 
 FAST: dict[str, Any] = {"backoff_min": 0.02, "backoff_max": 0.1}
 
 
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[GcsServer]:
-    server = start_fake_gcs()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture(autouse=True)
-def emulator(gcs: GcsServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.host)
+def emulator(fake_gcs: GcsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.host)
 
 
 def test_with_block_holds_and_releases(name: str) -> None:

@@ -5,24 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from gcs_servers import GcsServer, start_faithful_gcs
+from gcs_servers import GcsServer
 from lockyard.gcs import Lock
 
 FAST: dict[str, Any] = {"backoff_min": 0.02, "backoff_max": 0.1}
-
-
-@pytest.fixture
-def gcs(monkeypatch: pytest.MonkeyPatch) -> Iterator[GcsServer]:
-    server = start_faithful_gcs()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.host)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_a_locks_own_logger_is_filtered_at_the_source(gcs: GcsServer) -> None:

@@ -5,27 +5,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
 
 import pytest
-from gcs_servers import GcsServer, start_fake_gcs
+from gcs_servers import GcsServer
 from lockyard.gcs import Lock
-
-
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[GcsServer]:
-    server = start_fake_gcs()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_children_forked_while_records_flow_never_hang(
-    gcs: GcsServer, name: str, monkeypatch: pytest.MonkeyPatch
+    fake_gcs: GcsServer, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.host)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.host)
     quiet = logging.getLogger(f"tests.{name}")
     quiet.setLevel(logging.DEBUG)
     quiet.propagate = False
