@@ -36,6 +36,22 @@ class LogsTest < Minitest::Test
     sleep 0.05 until yield || monotonic > deadline
   end
 
+  # A Logger on @out whose writes wait until the returned proc is called
+  # (one forwarding thread writes, so at most one write waits).
+  def gated_logger
+    gate = Queue.new
+    open = false
+    logger = Logger.new(@out)
+    logger.define_singleton_method(:add) do |*args|
+      gate.pop unless open
+      super(*args)
+    end
+    [logger, lambda {
+      open = true
+      gate << :go
+    }]
+  end
+
   def test_a_lost_redis_lock_is_a_warning_that_arrives_on_its_own
     Lockyard.logger = @logger
     Lockyard.logger = @logger # assigned twice: still one forwarding thread
@@ -145,18 +161,12 @@ class LogsTest < Minitest::Test
   # count of dropped records still reaches someone: $stderr.
   def test_drops_are_counted_on_stderr_without_lockyard_logger
     gcs = GcsLockTest.fake_gcs or skip("fake-gcs-server not found")
-    gate = Queue.new
-    stuck = Logger.new(@out)
-    stuck.define_singleton_method(:add) do |*args|
-      gate.pop if gate
-      super(*args)
-    end
+    stuck, open_gate = gated_logger
     lock = Lockyard::GCS::Lock.new(bucket_name: "locks", path: "logs/#{SecureRandom.hex(4)}", ttl: 30,
                                    logger: stuck, cloud_storage_options: { emulator_host: gcs.host })
     _, err = capture_io do
       400.times { lock.synchronize { nil } }
-      gate << :go
-      gate = nil
+      open_gate.call
       wait_for(5) { @out.string.include?("Unlocked") }
       sleep 0.3
     end
@@ -195,20 +205,14 @@ class LogsTest < Minitest::Test
   # 1024 are dropped, and then counted in a warning.
   def test_a_stuck_logger_never_delays_a_lock_call_and_drops_are_counted
     gcs = GcsLockTest.fake_gcs or skip("fake-gcs-server not found")
-    gate = Queue.new
-    stuck = Logger.new(@out)
-    stuck.define_singleton_method(:add) do |*args|
-      gate.pop if gate
-      super(*args)
-    end
+    stuck, open_gate = gated_logger
     Lockyard.logger = stuck
     lock = Lockyard::GCS::Lock.new(bucket_name: "locks", path: "logs/#{SecureRandom.hex(4)}", ttl: 30,
                                    cloud_storage_options: { emulator_host: gcs.host })
     started = monotonic
     400.times { lock.synchronize { nil } } # 4 records each
     assert_operator monotonic - started, :<, 20
-    gate << :go
-    gate = nil
+    open_gate.call
     wait_for(5) { @out.string.include?("dropped") }
     assert_match(/WARN -- lockyard: \d+ log records dropped: the logger did not keep up/, @out.string)
   end
