@@ -199,9 +199,8 @@ pub(crate) fn silence() {
 
 /// At the start of every call that reaches the core (not of a drop, which
 /// may run while an exception is being raised, when calling Python is not
-/// allowed): the source filter
-/// follows the `lockyard` logger's level as it is now, and this process has
-/// a forwarding thread.
+/// allowed): the source filters follow the loggers' levels as they are
+/// now, and this process has a forwarding thread.
 ///
 /// An exception raised while reading the level (by a signal handler that
 /// ran inside `getEffectiveLevel`: KeyboardInterrupt for Ctrl-C) is the
