@@ -73,6 +73,12 @@ class Redis:
             sock.sendall(request)
             return _read_reply(sock.makefile("rb"))
 
+    def forget_holders(self, name: str) -> None:
+        """Deletes every record of who holds `name` behind its holders' back
+        (FLUSHALL, say), in whichever form the scripts keep it: the holders
+        set, or the short shape record of a sole holder."""
+        self.command("DEL", f"lockyard:{{{name}}}:holders", f"lockyard:{{{name}}}:shape")
+
     def dbsize(self) -> int:
         size = self.command("DBSIZE")
         assert isinstance(size, int)

@@ -58,7 +58,7 @@ def test_leaving_a_with_whose_lock_was_lost_warns_instead_of_raising(
     lock = Lock(redis.url, name, ttl=5.0)
     with lock:
         # Someone deletes the lock's keys behind its back (FLUSHALL, say).
-        redis.command("DEL", f"lockyard:{{{name}}}:holders")
+        redis.forget_holders(name)
     assert warnings_about(caplog, "had been lost before it was released")
 
 
@@ -73,7 +73,7 @@ def test_what_the_background_logs_arrives_without_another_call(
     lock.acquire()
     # Its keys vanish (FLUSHALL, say): the refresher finds the hold gone on
     # its own thread, while this one makes no call into the library.
-    redis.command("DEL", f"lockyard:{{{name}}}:holders")
+    redis.forget_holders(name)
     assert eventually(lambda: warnings_about(caplog, "lost"), timeout=3.0)
     with pytest.raises(lockyard.LockUnhealthyError):
         lock.check_health()
@@ -85,14 +85,14 @@ def test_the_lockyard_loggers_level_governs_and_a_change_holds_at_once(
     caplog.set_level(logging.ERROR, logger="lockyard")
     lock = Lock(redis.url, name, ttl=5.0)
     with lock:
-        redis.command("DEL", f"lockyard:{{{name}}}:holders")
+        redis.forget_holders(name)
     assert not [r for r in caplog.records if r.name == "lockyard"]
 
     # Raised again, the very next call's records come through: the filter
     # follows the logger as it is when a call starts.
     caplog.set_level(logging.WARNING, logger="lockyard")
     with lock:
-        redis.command("DEL", f"lockyard:{{{name}}}:holders")
+        redis.forget_holders(name)
     assert warnings_about(caplog, "had been lost before it was released")
 
 
@@ -116,7 +116,7 @@ def test_a_forked_child_gets_its_background_records_too(
             logging.getLogger("lockyard").addHandler(Seen())
             lock = Lock(redis.url, name, ttl=1.0)
             lock.acquire()
-            redis.command("DEL", f"lockyard:{{{name}}}:holders")
+            redis.forget_holders(name)
             code = 0 if arrived.wait(3.0) else 1
         finally:
             os._exit(code)

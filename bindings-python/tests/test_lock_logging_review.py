@@ -65,12 +65,12 @@ def test_a_call_does_not_emit_while_the_forwarder_is_emitting(
     background.acquire()
     # The refresher finds the hold gone and warns on its own thread: the
     # forwarder hands the warning over and stays in the slow handler.
-    redis.command("DEL", f"lockyard:{{{name}-bg}}:holders")
+    redis.forget_holders(f"{name}-bg")
     assert slow.wait(5)
 
     lock = Lock(redis.url, name)
     lock.acquire()  # a call whose records are none: its take fails
-    redis.command("DEL", f"lockyard:{{{name}}}:holders")
+    redis.forget_holders(name)
     started = time.monotonic()
     lock.release()  # warns "had been lost before it was released"
     took = time.monotonic() - started
@@ -147,11 +147,11 @@ def test_a_record_whose_logger_raises_does_not_take_the_rest_of_its_batch(
         locks = [Lock(redis.url, f"{name}-{i}", ttl=1.0) for i in range(3)]
         for lock in locks:
             lock.acquire()
-        redis.command("DEL", f"lockyard:{{{name}-0}}:holders")
+        redis.forget_holders(f"{name}-0")
         assert slow.wait(5)
-        redis.command("DEL", f"lockyard:{{{name}-1}}:holders")
+        redis.forget_holders(f"{name}-1")
         time.sleep(0.7)  # its refresher warns first (every ttl / 3)
-        redis.command("DEL", f"lockyard:{{{name}-2}}:holders")
+        redis.forget_holders(f"{name}-2")
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not any(
             f'"{name}-2"' in m for m in delivered
@@ -195,7 +195,7 @@ def test_what_the_background_logs_while_exit_waits_is_not_lost(
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline().strip() == "held"
         other.command("CLIENT", "PAUSE", 2500, "ALL")
-        redis.command("DEL", f"lockyard:{{{name}}}:holders")
+        redis.forget_holders(name)
         out, err = child.communicate("go\n", timeout=30)
     finally:
         other.stop()

@@ -146,12 +146,13 @@ fn a_session_keeps_and_frees_locks_on_every_node() {
 fn name_served(cluster: &RedisCluster, prefix: &str, port: u16, served: bool) -> String {
     (0..)
         .map(|i| format!("{prefix}-{i}"))
-        .find(|name| (cluster.node_of(&holders_key(name)) == port) == served)
+        .find(|name| (cluster.node_of(&held_key(name)) == port) == served)
         .unwrap()
 }
 
-fn holders_key(name: &str) -> String {
-    format!("lockyard:{{{name}}}:holders")
+/// A key every holder of `name` keeps while it holds, whatever the form.
+fn held_key(name: &str) -> String {
+    format!("lockyard:{{{name}}}:shape")
 }
 
 /// Another master than the one serving `key`.
@@ -203,9 +204,9 @@ fn held_locks_slots_and_sessions_survive_a_slot_migration() {
         .unwrap());
 
     for key in [
-        holders_key(&lock_name),
-        holders_key(&group_name),
-        holders_key(&member_name),
+        held_key(&lock_name),
+        held_key(&group_name),
+        held_key(&member_name),
         session_key,
     ] {
         let to = other_master(&cluster, &key);
@@ -269,7 +270,7 @@ fn a_half_finished_migration_is_followed_by_ask() {
         .build()
         .unwrap();
     let guard = lock.acquire(Some(Duration::from_secs(2))).unwrap();
-    let key = holders_key(&name);
+    let key = held_key(&name);
     let (slot, from) = (cluster.slot_of(&key), cluster.node_of(&key));
     let to = other_master(&cluster, &key);
     cluster.begin_migration(slot, from, to);
@@ -294,7 +295,7 @@ fn a_held_lock_survives_its_master_failing_over() {
     let masters = cluster.masters();
     let seed = masters[0];
     let name = name_served(&cluster, "failover", seed, false);
-    let key = holders_key(&name);
+    let key = held_key(&name);
     let doomed = cluster.node_of(&key);
     let url = cluster.url_of(seed);
     let lock = failover_tolerant_lock(&url, &name);
@@ -326,7 +327,7 @@ fn a_held_lock_survives_the_seed_master_failing_over() {
     let mut cluster = RedisCluster::start_with_replicas(1);
     let seed = cluster.masters()[0];
     let name = name_served(&cluster, "seedfail", seed, true);
-    let key = holders_key(&name);
+    let key = held_key(&name);
     let url = cluster.url_of(seed);
     let lock = failover_tolerant_lock(&url, &name);
     let guard = lock.acquire(Some(Duration::from_secs(2))).unwrap();

@@ -109,9 +109,9 @@ fn an_old_master_that_answers_again_loses_its_clients_to_the_new_one() {
         .try_acquire()
         .unwrap()
         .expect("free on the new master");
-    let vacuum_holders = "lockyard:{vacuum}:holders".to_owned();
-    assert!(set.master.keys().contains(&vacuum_holders));
-    assert!(!set.replica.keys().contains(&vacuum_holders));
+    let vacuum_held = "lockyard:{vacuum}:shape".to_owned();
+    assert!(set.master.keys().contains(&vacuum_held));
+    assert!(!set.replica.keys().contains(&vacuum_held));
     assert!(guard.fencing_token() > before);
     eventually(
         Duration::from_secs(15),
@@ -146,13 +146,7 @@ fn a_holder_whose_grant_reached_the_replica_stays_healthy_across_the_failover() 
 
 /// The lease deadline (server ms) of the one holder of `name` on `server`.
 fn lease_deadline(server: &RedisServer, name: &str) -> u64 {
-    let holders: Vec<(String, u64)> = redis::cmd("ZRANGE")
-        .arg(format!("lockyard:{{{name}}}:holders"))
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query(&mut server.raw().unwrap())
-        .unwrap();
+    let holders = server.holders(name);
     let [(_, deadline)] = holders[..] else {
         panic!("{name} is not held by one holder: {holders:?}");
     };

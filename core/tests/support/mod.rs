@@ -328,6 +328,31 @@ impl RedisServer {
             .collect()
     }
 
+    /// The holders of `name` with their lease deadlines (server ms), in
+    /// whichever form the scripts keep them: the short shape record of a
+    /// sole holder taken on the fast path, or the holders set.
+    pub fn holders(&self, name: &str) -> Vec<(String, u64)> {
+        let mut conn = self.raw().unwrap();
+        let shape: Option<String> = redis::cmd("GET")
+            .arg(format!("lockyard:{{{name}}}:shape"))
+            .query(&mut conn)
+            .unwrap();
+        // "<kind> <limit> <fence> <deadline ms> <token>"
+        let fields: Vec<&str> = shape
+            .as_deref()
+            .map_or(vec![], |s| s.splitn(5, ' ').collect());
+        if let [_, _, _, deadline, token] = fields[..] {
+            return vec![(token.to_owned(), deadline.parse().unwrap())];
+        }
+        redis::cmd("ZRANGE")
+            .arg(format!("lockyard:{{{name}}}:holders"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(&mut conn)
+            .unwrap()
+    }
+
     /// "master" or "slave" ("" if it does not answer).
     pub fn role(&self) -> String {
         let Ok(mut conn) = self.raw() else {

@@ -7,6 +7,7 @@
 --         {-1, kind, limit, now ms} when the name is not a WaitGroup of
 --         this limit.
 local token, ttl_ms, refresher = ARGV[4], tonumber(ARGV[5]), ARGV[6]
+settle()
 -- Only a WaitGroup of the name's own limit adopts: any other (or a Lock)
 -- would refresh and count the slot by another rule.
 if recorded_shape and recorded_shape ~= '2 ' .. ARGV[2] then

@@ -5,6 +5,7 @@
 -- long (acquire.lua).
 -- Returns 1 if a handed-over slot was given back.
 local token, tombstone_ms = ARGV[4], tonumber(ARGV[5])
+settle()
 purge_expired()
 redis.call('ZREM', queue, token)
 redis.call('HDEL', leases, token)

@@ -8,6 +8,7 @@
 -- ARGV[2] (limit) is ignored: the prelude takes the limit the name was
 -- taken with (its recorded shape), which the operator need not know.
 -- Returns the number of holders removed.
+settle()
 purge_expired()
 local removed = redis.call('ZRANGE', holders, 0, -1)
 for _, token in ipairs(removed) do

@@ -2,6 +2,7 @@
 -- Returns {1 if held else 0, the holder's value ('' if none; when nobody
 -- holds it, the value a "release" session left behind), the holder's fence
 -- (0 if none), the id of the last term recorded ('0-0' if none)}.
+settle()
 purge_expired()
 promote(nil)
 local last = redis.call('XREVRANGE', terms, '+', '-', 'COUNT', 1)[1]

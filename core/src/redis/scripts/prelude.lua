@@ -12,7 +12,13 @@
 -- KEYS[9] value:   string, the value a holder under a "release" session left behind
 -- KEYS[10] terms:  stream of election terms: fence + value at a grant, fence + '' at its end
 -- KEYS[11] shape: string "<kind> <limit>" (kind 1 lock, 2 WaitGroup) while
---                  anyone holds or waits: clients must agree on what the name is
+--                  anyone holds or waits: clients must agree on what the name is;
+--                  or, in its short form, "<kind> <limit> <fence> <deadline ms> <token>"
+--                  while `token` alone holds the name, taken when it was idle
+--                  and outside a session (the fast path of acquire.lua): one
+--                  key that expires with the lease stands for the holders,
+--                  grants and shape records. Any script that needs more
+--                  first spreads it into those records (settle).
 -- KEYS[12] owners: hash token -> id of the refresher that adopted the slot in
 --                  another process; absent while the process that took it keeps it
 -- ARGV[1] wake-key prefix (wake key of a waiter = prefix .. token; same hash tag)
@@ -21,24 +27,53 @@
 --         seeded; 0 on a plain server, the failover epoch << 32 behind
 --         Sentinel (see next_fence)
 -- All deadlines come from this server's clock, never from a client's.
+-- Each body starts with settle(), after its own fast path if it has one:
+-- the prelude itself sends no command, so a fast path pays only for its own.
 redis.replicate_commands()
 local holders, grants, queue, leases, fence_key, watchers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local bound, delay_key, value_key, terms, shape_key = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local owners = KEYS[12]
 local wake_prefix, limit, fence_base = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local recorded_shape, now_ms, now_us
+
+local function int(x) return string.format('%.0f', x) end
+
+local function read_clock()
+  local clock = redis.call('TIME')
+  now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+end
+
+-- The short form of a shape record: "<kind> <limit>", and its sole
+-- holder's fence, deadline and token; nil for the plain form.
+local function sole_holder(shape)
+  local kind_limit, fence, deadline, token = string.match(shape, '^(%d+ %d+) (%d+) (%d+) (.*)$')
+  if kind_limit then return kind_limit, fence, tonumber(deadline), token end
+end
+
+-- Reads the clock and the name's shape record (`shape`, when the caller
+-- already read it: false if absent), spreading a short one into the
+-- records every other rule works on.
 -- While anyone holds or waits, the name's limit is the one it was taken
 -- with, whatever this client was built with: only acquire may compare the
 -- two (and refuses a mismatch); every other script follows the record, so
 -- that no call from a client with a larger limit admits a waiter too many.
-local recorded_shape = redis.call('GET', shape_key)
-if recorded_shape then
+local function settle(shape)
+  if shape == nil then shape = redis.call('GET', shape_key) end
+  read_clock()
+  recorded_shape = shape or nil
+  if not recorded_shape then return end
+  local kind_limit, fence, deadline, token = sole_holder(recorded_shape)
+  if kind_limit then
+    recorded_shape = kind_limit
+    redis.call('SET', shape_key, kind_limit, 'PX', int(math.max(deadline - now_ms, 1)))
+    redis.call('ZADD', holders, int(deadline), token)
+    redis.call('HSET', grants, token, fence)
+    redis.call('PEXPIREAT', holders, int(deadline + 1))
+    redis.call('PEXPIREAT', grants, int(deadline + 1))
+  end
   limit = tonumber(string.match(recorded_shape, ' (%d+)$')) or limit
 end
-local clock = redis.call('TIME')
-local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-
-local function int(x) return string.format('%.0f', x) end
 
 -- Keys carry an expiry so that a name whose holders and waiters all crashed
 -- leaves nothing behind in Redis.

@@ -2,6 +2,17 @@
 -- slot to the first live waiter.
 -- Returns 1 if the slot was still ours, 0 if it had expired or been taken.
 local token = ARGV[4]
+-- Fast path: the name is still in the short form acquire.lua's fast path
+-- gave it, with `token` its sole holder: nothing else to undo.
+local shape = redis.call('GET', shape_key)
+if shape then
+  local kind_limit, _, _, sole = sole_holder(shape)
+  if kind_limit and sole == token then
+    redis.call('DEL', shape_key)
+    return 1
+  end
+end
+settle(shape)
 purge_expired()
 local released = redis.call('ZREM', holders, token)
 if released == 1 then end_grant(token, nil) end

@@ -6,14 +6,23 @@
 -- recorded shape "<kind> <limit>" ('' if none)} followed, for each live
 -- holder in deadline order, by its token, deadline ms, fence and value
 -- ('' outside sessions).
-local state = {int(now_ms), int(math.max(redis.call('PTTL', delay_key), 0)), '0',
-  redis.call('GET', shape_key) or ''}
+read_clock()
+local shape = redis.call('GET', shape_key) or ''
+-- A short shape record is the sole holder's whole grant (prelude).
+local kind_limit, sole_fence, sole_deadline, sole = sole_holder(shape)
+local state = {int(now_ms), int(math.max(redis.call('PTTL', delay_key), 0)), '0', kind_limit or shape}
 local waiting = 0
 for _, token in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
   local lease = redis.call('HGET', leases, token)
   if lease and tonumber(string.match(lease, '^(%d+)')) > now_ms then waiting = waiting + 1 end
 end
 state[3] = int(waiting)
+if sole then
+  if sole_deadline > now_ms then
+    for _, field in ipairs({sole, int(sole_deadline), sole_fence, ''}) do state[#state + 1] = field end
+  end
+  return state
+end
 local live = redis.call('ZRANGEBYSCORE', holders, '(' .. int(now_ms), '+inf', 'WITHSCORES')
 for i = 1, #live, 2 do
   local b = binding(live[i])

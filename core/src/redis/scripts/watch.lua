@@ -2,6 +2,7 @@
 -- as a watcher for ARGV[5] ms, to be woken with 'idle' on its wake list
 -- when the last slot frees, and return 0.
 local token, lease_ms = ARGV[4], tonumber(ARGV[5])
+settle()
 purge_expired()
 promote(nil)
 if redis.call('ZCARD', holders) == 0 then
