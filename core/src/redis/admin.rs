@@ -10,25 +10,14 @@ use redis::Script;
 
 use super::keys::Keys;
 use super::route::Route;
-use super::scripts::prepare;
+use super::scripts::{prepare, script};
 use super::server::{server, COMMAND_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::lease::DEFAULT_CONNECT_TIMEOUT;
 pub use crate::state::{HolderState, LockState};
 
-macro_rules! admin_script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("scripts/prelude.lua"),
-                include_str!(concat!("scripts/", $file))
-            ))
-        })
-    };
-}
-
-static STATE: LazyLock<Script> = admin_script!("state.lua");
-static FORCE_RELEASE: LazyLock<Script> = admin_script!("force_release.lua");
+static STATE: LazyLock<Script> = LazyLock::new(|| script!("state.lua"));
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| script!("force_release.lua"));
 
 /// Who holds `name` on the Redis server at `url`, how long their leases
 /// last, how many wait, and what is left of a running lock_delay. Writes

@@ -23,6 +23,7 @@ if binding_meta == '' and redis.call('EXISTS', shape_key, holders, queue, delay_
     'PX', int(ttl_ms))
   return {1, fence, int(deadline), int(now_ms)}
 end
+-- [rules]
 settle()
 purge_expired()
 -- Its caller gave up on this request before it arrived (cancel.lua): it

@@ -18,6 +18,7 @@ if shape then
     return {1, int(now_ms)}
   end
 end
+-- [rules]
 settle(shape)
 purge_expired()
 if not redis.call('ZSCORE', holders, token) then

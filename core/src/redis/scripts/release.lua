@@ -12,6 +12,7 @@ if shape then
     return 1
   end
 end
+-- [rules]
 settle(shape)
 purge_expired()
 local released = redis.call('ZREM', holders, token)
