@@ -3,13 +3,18 @@
 -- Returns 1 if the slot was still ours, 0 if it had expired or been taken.
 local token = ARGV[4]
 -- Fast path: the name is still in the short form acquire.lua's fast path
--- gave it, with `token` its sole holder: nothing else to undo.
+-- gave it, with `token` its sole holder whose lease has not run out (the
+-- key may outlive its deadline by a millisecond; the full path purges
+-- such a grant and answers 0): nothing else to undo.
 local shape = redis.call('GET', shape_key)
 if shape then
-  local kind_limit, _, _, sole = sole_holder(shape)
+  local kind_limit, _, deadline, sole = sole_holder(shape)
   if kind_limit and sole == token then
-    redis.call('DEL', shape_key)
-    return 1
+    read_clock()
+    if deadline > now_ms then
+      redis.call('DEL', shape_key)
+      return 1
+    end
   end
 end
 -- [rules]
