@@ -27,6 +27,9 @@ HANDOFF_PROCESSES = 4
 HANDOFF_SECONDS = 1.5
 # Targets from the performance issue: ratio to the same language's floor.
 CYCLE_TARGET = 1.00
+# Command time inside redis-server per cycle, × redis-py's Lock (issue
+# "Server cost and scale").
+SERVER_TARGET = 2.00
 # The async cycles against their language's async client floor (issue "Async").
 ASYNC_TARGET = 1.00
 HANDOFF_P50_TARGET_US = 150
@@ -52,16 +55,56 @@ class RedisServer:
                 time.sleep(0.01)
         raise RuntimeError("redis-server did not start")
 
-    def busy_us(self) -> float:
-        """Microseconds the server spent in commands since the last call."""
+    def census(self, command: list[str]) -> set[str]:
+        """The names of the commands `command` sends (not those its scripts
+        run), from the slow log of one short run that logs every command:
+        INFO commandstats counts a script's own commands both on their own
+        and inside the script's time, and the slow log's timing of them
+        would slow the scripts down."""
         import redis
 
-        client = redis.Redis(port=self.port)
-        stats = client.info("commandstats")
-        client.config_resetstat()
-        client.close()
-        return sum(
-            stat["usec"] for name, stat in stats.items() if name != "cmdstat_info"
+        with redis.Redis(port=self.port) as client:
+            client.config_set("slowlog-max-len", 100_000)
+            client.config_set("slowlog-log-slower-than", 0)
+            client.slowlog_reset()
+            subprocess.run(command, check=True, capture_output=True)
+            client.config_set("slowlog-log-slower-than", 10_000)
+            entries = client.execute_command("SLOWLOG", "GET", "-1")
+            client.slowlog_reset()
+        # A script's own commands are logged from the client "?:0".
+        sent = {e[3][0].decode().lower() for e in entries if e[4] != b"?:0"}
+        return sent - {"slowlog", "config", "info"}
+
+    def start_counting(self) -> None:
+        """Starts counting what the server spends from here on."""
+        import redis
+
+        with redis.Redis(port=self.port) as client:
+            self.cpu_before = self.main_thread_cpu_us(client)
+            client.config_resetstat()
+
+    def stop_counting(self, sent: set[str]) -> tuple[float, float]:
+        """Microseconds the server spent executing the commands named in
+        `sent` (a script's time includes its own commands') since
+        start_counting, and its main thread's CPU time (commands, sockets,
+        everything)."""
+        import redis
+
+        with redis.Redis(port=self.port) as client:
+            cpu = self.main_thread_cpu_us(client) - self.cpu_before
+            stats = client.info("commandstats")
+        busy = sum(
+            stat["usec"]
+            for name, stat in stats.items()
+            if name.removeprefix("cmdstat_").split("|")[0] in sent
+        )
+        return busy, cpu
+
+    @staticmethod
+    def main_thread_cpu_us(client) -> float:
+        cpu = client.info("cpu")
+        return 1e6 * (
+            cpu["used_cpu_user_main_thread"] + cpu["used_cpu_sys_main_thread"]
         )
 
     def stop(self) -> None:
@@ -83,16 +126,24 @@ class Cycle:
         )
         self.samples: list[float] = []
         self.server_samples: list[float] = []
+        self.cpu_samples: list[float] = []
+        self.sent: set[str] | None = None
 
     def measure(self, server: RedisServer, key: str) -> None:
-        server.busy_us()
+        if self.sent is None:
+            self.sent = server.census(
+                [*self.command, server.url, f"{key}-census", "20"]
+            )
+        server.start_counting()
         command = [*self.command, server.url, key, str(CYCLES)]
         result = subprocess.run(command, check=False, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr}")
         self.samples.append(float(result.stdout.split()[-1]))
         # The client runs CYCLES cycles after a warm-up of up to 100.
-        self.server_samples.append(server.busy_us() / (CYCLES + min(CYCLES, 100)))
+        busy, cpu = server.stop_counting(self.sent)
+        self.server_samples.append(busy / (CYCLES + min(CYCLES, 100)))
+        self.cpu_samples.append(cpu / (CYCLES + min(CYCLES, 100)))
 
     @property
     def median(self) -> float:
@@ -145,13 +196,33 @@ def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
 
+def print_server_cost(cycles: list[Cycle]) -> None:
+    """lockyard's command time inside redis-server against redis-py's Lock,
+    round by round (the same round's two measurements share its noise)."""
+    by_label = {(cycle.language, cycle.label): cycle for cycle in cycles}
+    peer = by_label[("Python", "redis-py Lock")]
+    for language, label in (("Python", "lockyard"), ("Ruby", "lockyard"),
+                            ("Rust", "lockyard")):  # fmt: skip
+        ours = by_label[(language, label)]
+        ratios = [
+            a / b for a, b in zip(ours.server_samples, peer.server_samples, strict=True)
+        ]
+        cpu = [a / b for a, b in zip(ours.cpu_samples, peer.cpu_samples, strict=True)]
+        ratio = statistics.median(ratios)
+        print(f"  server time, {language} lockyard × redis-py Lock: {ratio:.2f} "
+              f"(target ≤ {SERVER_TARGET:.2f} {verdict(ratio <= SERVER_TARGET)}); "
+              f"cpu × redis-py Lock: {statistics.median(cpu):.2f}")  # fmt: skip
+
+
 def print_table(cycles: list[Cycle], handoffs: list[Handoff]) -> None:
     floors = {cycle.language: cycle for cycle in cycles if cycle.floor}
     print(f"\nuncontended acquire + release, µs per cycle (medians of {ROUNDS} rounds "
           f"of {CYCLES} cycles;\n  × = ratio to the same language's floor in the same round; "
-          f"server = µs per cycle spent executing commands in redis-server)")  # fmt: skip
+          f"server = µs per cycle redis-server spent executing the commands clients sent;\n"
+          f"  cpu = µs of redis-server's main thread per cycle, sockets included)")  # fmt: skip
     print(
-        f"  {'':<11}{'':<40}{'µs':>8}{'×':>7}{'server':>8}  {'target':<15}µs in each round"
+        f"  {'':<11}{'':<40}{'µs':>8}{'×':>7}{'server':>8}{'cpu':>7}  {'target':<15}"
+        "µs in each round"
     )
     for cycle in cycles:
         floor = floors[cycle.language]
@@ -169,8 +240,10 @@ def print_table(cycles: list[Cycle], handoffs: list[Handoff]) -> None:
             target = f"≤ {ASYNC_TARGET:.2f} {verdict(ratio <= ASYNC_TARGET)}"
         rounds = " ".join(f"{sample:.0f}" for sample in cycle.samples)
         server = statistics.median(cycle.server_samples)
+        cpu = statistics.median(cycle.cpu_samples)
         print(f"  {cycle.language:<11}{cycle.label:<40}{cycle.median:>8.1f}"
-              f"{ratio:>7.2f}{server:>8.1f}  {target:<15}{rounds}")  # fmt: skip
+              f"{ratio:>7.2f}{server:>8.1f}{cpu:>7.1f}  {target:<15}{rounds}")  # fmt: skip
+    print_server_cost(cycles)
 
     python_rtt = floors["Python"].median / 2
     print(f"\ncontended handoff, {HANDOFF_PROCESSES} Python processes, {ROUNDS} × "
