@@ -51,6 +51,8 @@
 #[cfg(any(feature = "redis", feature = "etcd"))]
 mod behavior;
 mod clock;
+#[cfg(feature = "redis")]
+mod deferred;
 pub mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -5,13 +5,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
 use super::keepalive::{Member, Membership};
 use super::slots::{Renewal, Slots, WAITER_LEASE};
 use crate::clock::Stamp;
+use crate::deferred::{self, Deferred};
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::lease::{KeepAlive, Lease, Verdict};
@@ -43,18 +44,30 @@ impl Hold {
     ) -> Result<Hold> {
         let Some(binding) = &slots.binding else {
             let health = Arc::new(Health::new(valid_until));
-            let refresher = runtime::spawn(refresh_loop(
+            let refresh = refresh_loop(
                 slots.clone(),
                 token.to_owned(),
                 refresher.to_owned(),
                 health.clone(),
                 refresh_now,
-            ));
+            );
+            let keeper = if refresh_now {
+                Keeper::Refresher(runtime::spawn(refresh))
+            } else {
+                // Most holds end before their first refresh is due: those
+                // never start a task (see `deferred`).
+                Keeper::Deferred {
+                    _refresher: deferred::spawn_at(
+                        Instant::now() + slots.lease.refresh_every,
+                        refresh,
+                    ),
+                }
+            };
             return Ok(Hold {
                 token: token.to_owned(),
                 fence,
                 health,
-                _keeper: Keeper::Refresher(refresher),
+                _keeper: keeper,
             });
         };
         if refresh_now {
@@ -120,7 +133,14 @@ fn take_up(s: &Slots, token: &str, refresher: &str, valid_until: Stamp) -> Resul
 /// under (whose renewal refreshes it and whose health is its health).
 enum Keeper {
     Refresher(JoinHandle<()>),
-    Session { _membership: Membership },
+    /// A refresher that starts when the first refresh is due; dropped, it
+    /// never starts or is aborted.
+    Deferred {
+        _refresher: Deferred,
+    },
+    Session {
+        _membership: Membership,
+    },
 }
 
 impl Drop for Keeper {
@@ -149,21 +169,23 @@ impl Member for SessionGrant {
     }
 }
 
-/// Keeps one slot alive until aborted. A refresh that finds the slot gone
-/// marks it lost at once; transient failures only after
+/// Keeps one slot alive until aborted, refreshing it first when it starts
+/// (it is started when that refresh is due). A refresh that finds the slot
+/// gone marks it lost at once; transient failures only after
 /// `max_refresh_fails` in a row.
 async fn refresh_loop(
     slots: Arc<Slots>,
     token: String,
     refresher: String,
     health: Arc<Health>,
-    mut due_now: bool,
+    handed_over: bool,
 ) {
     let lease = &slots.lease;
     let mut keep = KeepAlive::new(lease);
     // A handed-over grant lasts only the handoff window until its first
     // refresh: retries of that one come quickly enough to fit them all in.
-    let mut taken_up = !due_now;
+    let mut taken_up = !handed_over;
+    let mut due_now = true;
     loop {
         if !due_now {
             let pause = if taken_up {
