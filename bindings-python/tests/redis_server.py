@@ -74,9 +74,9 @@ class Redis:
             return _read_reply(sock.makefile("rb"))
 
     def forget_holders(self, name: str) -> None:
-        """Deletes every record of who holds `name` behind its holders' back
-        (FLUSHALL, say), in whichever form the scripts keep it: the holders
-        set, or the short shape record of a sole holder."""
+        """Deletes the records of who holds `name` behind its holders' back
+        (FLUSHALL, say): the holders key (a set, or a sole holder's short
+        form) and the name's shape."""
         self.command("DEL", f"lockyard:{{{name}}}:holders", f"lockyard:{{{name}}}:shape")
 
     def dbsize(self) -> int:

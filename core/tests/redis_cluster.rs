@@ -150,9 +150,9 @@ fn name_served(cluster: &RedisCluster, prefix: &str, port: u16, served: bool) ->
         .unwrap()
 }
 
-/// A key every holder of `name` keeps while it holds, whatever the form.
+/// The key that records who holds `name`, whatever the form.
 fn held_key(name: &str) -> String {
-    format!("lockyard:{{{name}}}:shape")
+    format!("lockyard:{{{name}}}:holders")
 }
 
 /// Another master than the one serving `key`.

@@ -1,7 +1,7 @@
-//! Review of the fast path (commit 41f2651): a grant on an idle name kept
-//! as the short form of the shape record, "<kind> <limit> <fence>
-//! <deadline ms> <token>", spread into the full records by the first
-//! other script (settle). Findings first, then sequences that mix fast
+//! Review of the fast path: a grant on an idle name kept as the short
+//! form, the holders key as a string "<kind> <limit> <fence> <deadline ms>
+//! <token>", spread into the full records by the first other script
+//! (settle). Findings first, then sequences that mix fast
 //! and slow paths and hold (kept as coverage).
 
 mod support;
@@ -162,6 +162,13 @@ fn group(server: &RedisServer, name: &str, limit: u32, ttl: Duration) -> WaitGro
         .unwrap()
 }
 
+/// The short form's record of `name`, if its holders key holds one.
+fn short_form(conn: &mut ::redis::Connection, name: &str) -> Option<String> {
+    let key = format!("lockyard:{{{name}}}:holders");
+    let kind: String = ::redis::cmd("TYPE").arg(&key).query(conn).unwrap();
+    (kind == "string").then(|| ::redis::cmd("GET").arg(&key).query(conn).unwrap())
+}
+
 fn shape(conn: &mut ::redis::Connection, name: &str) -> Option<String> {
     ::redis::cmd("GET")
         .arg(format!("lockyard:{{{name}}}:shape"))
@@ -290,7 +297,7 @@ fn a_waiter_queued_behind_a_fast_holder_is_handed_the_lock_at_release() {
     let first = guard.fencing_token();
     let mut conn = server.raw().unwrap();
     assert!(
-        shape(&mut conn, "fq").unwrap().split(' ').count() == 5,
+        short_form(&mut conn, "fq").unwrap().split(' ').count() == 5,
         "short form"
     );
     let url = server.url();
@@ -304,6 +311,7 @@ fn a_waiter_queued_behind_a_fast_holder_is_handed_the_lock_at_release() {
     eventually(MS(2000), "the waiter queues", || {
         redis::inspect(&server.url(), "fq").unwrap().waiters == 1
     });
+    assert_eq!(short_form(&mut conn, "fq"), None, "spread");
     assert_eq!(shape(&mut conn, "fq").as_deref(), Some("1 1"), "spread");
     let released_at = Instant::now();
     assert!(guard.release().unwrap());
@@ -615,7 +623,7 @@ fn inspect_and_force_release_of_a_fast_holder() {
     let a = lock(&server, "fadm", MS(900));
     let guard = a.acquire(None).unwrap();
     let mut conn = server.raw().unwrap();
-    let before = shape(&mut conn, "fadm").unwrap();
+    let before = short_form(&mut conn, "fadm").unwrap();
     let state = redis::inspect(&server.url(), "fadm").unwrap();
     assert_eq!(state.holders.len(), 1);
     assert_eq!(state.holders[0].fencing_token, guard.fencing_token());
@@ -623,7 +631,7 @@ fn inspect_and_force_release_of_a_fast_holder() {
     assert_eq!(state.limit, Some(1));
     assert_eq!(state.waiters, 0);
     assert_eq!(
-        shape(&mut conn, "fadm").unwrap(),
+        short_form(&mut conn, "fadm").unwrap(),
         before,
         "inspect wrote nothing"
     );

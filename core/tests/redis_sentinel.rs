@@ -109,7 +109,7 @@ fn an_old_master_that_answers_again_loses_its_clients_to_the_new_one() {
         .try_acquire()
         .unwrap()
         .expect("free on the new master");
-    let vacuum_held = "lockyard:{vacuum}:shape".to_owned();
+    let vacuum_held = "lockyard:{vacuum}:holders".to_owned();
     assert!(set.master.keys().contains(&vacuum_held));
     assert!(!set.replica.keys().contains(&vacuum_held));
     assert!(guard.fencing_token() > before);

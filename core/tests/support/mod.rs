@@ -329,23 +329,23 @@ impl RedisServer {
     }
 
     /// The holders of `name` with their lease deadlines (server ms), in
-    /// whichever form the scripts keep them: the short shape record of a
-    /// sole holder taken on the fast path, or the holders set.
+    /// whichever form the scripts keep them: the holders set, or the short
+    /// form of a sole holder taken on the fast path (the holders key as a
+    /// string "<kind> <limit> <fence> <deadline ms> <token>").
     pub fn holders(&self, name: &str) -> Vec<(String, u64)> {
         let mut conn = self.raw().unwrap();
-        let shape: Option<String> = redis::cmd("GET")
-            .arg(format!("lockyard:{{{name}}}:shape"))
-            .query(&mut conn)
-            .unwrap();
-        // "<kind> <limit> <fence> <deadline ms> <token>"
-        let fields: Vec<&str> = shape
-            .as_deref()
-            .map_or(vec![], |s| s.splitn(5, ' ').collect());
-        if let [_, _, _, deadline, token] = fields[..] {
+        let key = format!("lockyard:{{{name}}}:holders");
+        let kind: String = redis::cmd("TYPE").arg(&key).query(&mut conn).unwrap();
+        if kind == "string" {
+            let short: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+            let fields: Vec<&str> = short.splitn(5, ' ').collect();
+            let [_, _, _, deadline, token] = fields[..] else {
+                panic!("not a short form: {short}");
+            };
             return vec![(token.to_owned(), deadline.parse().unwrap())];
         }
         redis::cmd("ZRANGE")
-            .arg(format!("lockyard:{{{name}}}:holders"))
+            .arg(&key)
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES")

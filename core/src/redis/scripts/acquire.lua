@@ -13,13 +13,13 @@ local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[6]), tonumber(ARGV[7]),
 -- Fast path: a name with no record at all (nobody holds, waits or watches
 -- it, no lock_delay runs, no value was left behind) taken outside a
 -- session, by a request its caller has not given up on. Its grant is the
--- short form of the shape record alone, which expires with the lease.
-if binding_meta == '' and redis.call('EXISTS', shape_key, holders, queue, delay_key,
+-- short form (see `holders` in the prelude), which expires with the lease.
+if binding_meta == '' and redis.call('EXISTS', holders, shape_key, queue, delay_key,
     value_key, watchers, wake_prefix .. token .. ':gone') == 0 then
   read_clock()
   local deadline = now_ms + ttl_ms
   local fence = int(next_fence(ttl_ms))
-  redis.call('SET', shape_key, ARGV[9] .. ' ' .. ARGV[2] .. ' ' .. fence .. ' ' .. int(deadline) .. ' ' .. token,
+  redis.call('SET', holders, ARGV[9] .. ' ' .. ARGV[2] .. ' ' .. fence .. ' ' .. int(deadline) .. ' ' .. token,
     'PX', int(ttl_ms))
   return {1, fence, int(deadline), int(now_ms)}
 end

@@ -1,5 +1,14 @@
 -- Shared head of every semaphore script (concatenated in front of each one).
--- KEYS[1] holders: zset token -> lease deadline (server ms)
+-- KEYS[1] holders: zset token -> lease deadline (server ms); or, in the short
+--                  form, a string "<kind> <limit> <fence> <deadline ms> <token>"
+--                  while `token` alone holds the name, taken when it had no
+--                  record at all and outside a session (acquire.lua's fast
+--                  path): one key, expiring with the lease, stands for the
+--                  holders, grants and shape records. Any script that needs
+--                  more spreads it into those first (settle). A string where a
+--                  zset was makes the scripts of versions before the short
+--                  form fail with WRONGTYPE rather than take a held name for
+--                  a free one.
 -- KEYS[2] grants:  hash token -> fencing token of its grant
 -- KEYS[3] queue:   zset waiter token -> arrival time (server us), FIFO order
 -- KEYS[4] leases:  hash waiter token -> "<waiter lease deadline ms> <ttl ms> <handoff ms>"
@@ -12,13 +21,8 @@
 -- KEYS[9] value:   string, the value a holder under a "release" session left behind
 -- KEYS[10] terms:  stream of election terms: fence + value at a grant, fence + '' at its end
 -- KEYS[11] shape: string "<kind> <limit>" (kind 1 lock, 2 WaitGroup) while
---                  anyone holds or waits: clients must agree on what the name is;
---                  or, in its short form, "<kind> <limit> <fence> <deadline ms> <token>"
---                  while `token` alone holds the name, taken when it was idle
---                  and outside a session (the fast path of acquire.lua): one
---                  key that expires with the lease stands for the holders,
---                  grants and shape records. Any script that needs more
---                  first spreads it into those records (settle).
+--                  anyone holds or waits (absent in the short form, which
+--                  carries it): clients must agree on what the name is
 -- KEYS[12] owners: hash token -> id of the refresher that adopted the slot in
 --                  another process; absent while the process that took it keeps it
 -- ARGV[1] wake-key prefix (wake key of a waiter = prefix .. token; same hash tag)
@@ -46,11 +50,21 @@ local function read_clock()
   now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 end
 
--- The short form of a shape record: "<kind> <limit>", and its sole
--- holder's fence, deadline and token; nil for the plain form.
-local function sole_holder(shape)
-  local kind_limit, fence, deadline, token = string.match(shape, '^(%d+ %d+) (%d+) (%d+) (.*)$')
-  if kind_limit then return kind_limit, fence, tonumber(deadline), token end
+-- The short form's record, when `holders` holds one (see KEYS[1]).
+-- Called only where the shape record is absent, as it always is beside a
+-- short form: a holders set found there (kept past its shape record for a
+-- lock_delay) answers WRONGTYPE, which pcall turns into a table.
+local function short_form()
+  local record = redis.pcall('GET', holders)
+  if type(record) == 'string' then return record end
+end
+
+-- A short form's kind and limit ("<kind> <limit>"), fence, deadline and
+-- token.
+local function sole_holder(record)
+  local kind_limit, fence, deadline, token = string.match(record, '^(%d+ %d+) (%d+) (%d+) (.*)$')
+  if not kind_limit then error('lockyard: unexpected record in ' .. holders .. ': ' .. record) end
+  return kind_limit, fence, tonumber(deadline), token
 end
 
 -- Seeded from server time, so tokens keep increasing even after the counter
@@ -66,7 +80,7 @@ local function next_fence(lifetime_ms)
 end
 
 -- Reads the clock and the name's shape record (`shape`, when the caller
--- already read it: false if absent), spreading a short one into the
+-- already read it: false if absent), spreading a short form into the
 -- records every other rule works on.
 -- While anyone holds or waits, the name's limit is the one it was taken
 -- with, whatever this client was built with: only acquire may compare the
@@ -76,16 +90,17 @@ local function settle(shape)
   if shape == nil then shape = redis.call('GET', shape_key) end
   read_clock()
   recorded_shape = shape or nil
-  if not recorded_shape then return end
-  local kind_limit, fence, deadline, token = sole_holder(recorded_shape)
-  if kind_limit then
+  if not recorded_shape then
+    local short = short_form()
+    if not short then return end
+    local kind_limit, fence, deadline, token = sole_holder(short)
     recorded_shape = kind_limit
-    redis.call('SET', shape_key, kind_limit, 'PX', int(math.max(deadline - now_ms, 1)))
+    redis.call('DEL', holders)
     redis.call('ZADD', holders, int(deadline), token)
     redis.call('HSET', grants, token, fence)
     redis.call('PEXPIREAT', holders, int(deadline + 1))
     redis.call('PEXPIREAT', grants, int(deadline + 1))
+    redis.call('SET', shape_key, kind_limit, 'PX', int(math.max(deadline - now_ms, 1)))
   end
   limit = tonumber(string.match(recorded_shape, ' (%d+)$')) or limit
 end
-

@@ -3,16 +3,17 @@
 -- Returns 1 if the slot was still ours, 0 if it had expired or been taken.
 local token = ARGV[4]
 -- Fast path: the name is still in the short form acquire.lua's fast path
--- gave it, with `token` its sole holder whose lease has not run out (the
--- key may outlive its deadline by a millisecond; the full path purges
--- such a grant and answers 0): nothing else to undo.
+-- gave it (no shape record), with `token` its sole holder whose lease has
+-- not run out (the key may outlive its deadline by a millisecond; the full
+-- path purges such a grant and answers 0): nothing else to undo.
 local shape = redis.call('GET', shape_key)
-if shape then
-  local kind_limit, _, deadline, sole = sole_holder(shape)
-  if kind_limit and sole == token then
+local short = not shape and short_form()
+if short then
+  local _, _, deadline, sole = sole_holder(short)
+  if sole == token then
     read_clock()
     if deadline > now_ms then
-      redis.call('DEL', shape_key)
+      redis.call('DEL', holders)
       return 1
     end
   end

@@ -7,10 +7,12 @@
 -- holder in deadline order, by its token, deadline ms, fence and value
 -- ('' outside sessions).
 read_clock()
-local shape = redis.call('GET', shape_key) or ''
--- A short shape record is the sole holder's whole grant (prelude).
-local kind_limit, sole_fence, sole_deadline, sole = sole_holder(shape)
-local state = {int(now_ms), int(math.max(redis.call('PTTL', delay_key), 0)), '0', kind_limit or shape}
+local shape = redis.call('GET', shape_key)
+-- A short form is the sole holder's whole grant (prelude).
+local short = not shape and short_form()
+local kind_limit, sole_fence, sole_deadline, sole
+if short then kind_limit, sole_fence, sole_deadline, sole = sole_holder(short) end
+local state = {int(now_ms), int(math.max(redis.call('PTTL', delay_key), 0)), '0', kind_limit or shape or ''}
 local waiting = 0
 for _, token in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
   local lease = redis.call('HGET', leases, token)
