@@ -50,6 +50,11 @@ fn timetable() -> MutexGuard<'static, Option<Timetable>> {
     TIMETABLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The timetable, locked for `fork` (see `runtime::held_across_fork`).
+pub(crate) fn lock_for_fork() -> impl std::any::Any {
+    timetable()
+}
+
 /// A future to be started at a set time; dropping this handle cancels it,
 /// before its time or (aborting it) after.
 pub(crate) struct Deferred {

@@ -18,6 +18,7 @@ struct Running {
 static RUNTIME: Mutex<Option<Running>> = Mutex::new(None);
 
 fn handle() -> Handle {
+    held_across_fork();
     let pid = std::process::id();
     let mut slot = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(running) = slot.as_ref().filter(|r| r.pid == pid) {
@@ -42,6 +43,61 @@ fn handle() -> Handle {
         handle: handle.clone(),
     });
     handle
+}
+
+/// Makes `fork` wait until no other thread holds the mutexes a child's
+/// first call takes (this runtime's, and the timetable of deferred
+/// refreshers, in that order), by holding them itself across it: the child
+/// has no other thread, and a lock held by one at the fork would stay
+/// locked in the child for good. Registered once, before either is first
+/// taken. Nobody holds them while waiting for anything but each other, so
+/// this waits at most for one spawn or one dispatch.
+fn held_across_fork() {
+    #[cfg(unix)]
+    {
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        // SAFETY: the handlers only lock and unlock static mutexes, on the
+        // forking thread. Failing (ENOMEM) leaves the window open, nothing
+        // worse.
+        REGISTERED.call_once(|| unsafe {
+            libc::pthread_atfork(
+                Some(lock_before_fork),
+                Some(unlock_after_fork),
+                Some(unlock_after_fork),
+            );
+        });
+    }
+}
+
+thread_local! {
+    /// The guards the forking thread holds across `fork`.
+    static LOCKED_FOR_FORK: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[cfg(unix)]
+extern "C" fn lock_before_fork() {
+    #[cfg(feature = "redis")]
+    let timetable = crate::deferred::lock_for_fork();
+    let runtime = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
+    LOCKED_FOR_FORK.with(|held| {
+        let mut held = held.borrow_mut();
+        #[cfg(feature = "redis")]
+        held.push(Box::new(timetable));
+        held.push(Box::new(runtime));
+    });
+}
+
+/// In the parent and in the child alike: the child's own first call finds
+/// the parent's runtime and timetable by their pid, and starts its own.
+#[cfg(unix)]
+extern "C" fn unlock_after_fork() {
+    LOCKED_FOR_FORK.with(|held| {
+        let mut held = held.borrow_mut();
+        while let Some(guard) = held.pop() {
+            drop(guard);
+        }
+    });
 }
 
 /// Runs `future` in the background; abort the handle to stop it.
