@@ -67,6 +67,22 @@ local function sole_holder(record)
   return kind_limit, fence, tonumber(deadline), token
 end
 
+-- The kind and limit ("<kind> <limit>") and the fence of the short form
+-- when `token` alone holds the name in it, its lease not run out; nil
+-- otherwise. The key may outlive its deadline by a millisecond: a grant
+-- found past it is left to the full path, which purges it. `shape` is the
+-- shape record as read (false if absent): a short form is only ever where
+-- it is absent.
+local function held_alone(shape, token)
+  local short = not shape and short_form()
+  if not short then return nil end
+  local kind_limit, fence, deadline, sole = sole_holder(short)
+  if sole ~= token then return nil end
+  read_clock()
+  if deadline <= now_ms then return nil end
+  return kind_limit, fence
+end
+
 -- Seeded from server time, so tokens keep increasing even after the counter
 -- key expired or Redis restarted without persistence. Behind Sentinel the
 -- fence base adds the failover epoch, so that a promoted replica that missed

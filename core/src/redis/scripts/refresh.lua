@@ -6,22 +6,14 @@
 -- Returns {1, now ms} when extended, {0, now ms} when the slot is lost,
 --         {2, now ms} when another process adopted it (not extended).
 local token, ttl_ms, refresher = ARGV[4], tonumber(ARGV[5]), ARGV[6]
--- Fast path: still the short form (no shape record) with `token` its sole
--- holder (so nobody adopted its slot), its lease not run out: extend it in
--- place. A key found in its deadline's millisecond is past it: the full
--- path finds that lease lost.
+-- Fast path: still the short form with `token` its sole holder (so nobody
+-- adopted its slot): extend it in place.
 local shape = redis.call('GET', shape_key)
-local short = not shape and short_form()
-if short then
-  local kind_limit, fence, deadline, sole = sole_holder(short)
-  if sole == token then
-    read_clock()
-    if deadline > now_ms then
-      redis.call('SET', holders, kind_limit .. ' ' .. fence .. ' ' .. int(now_ms + ttl_ms) .. ' ' .. token,
-        'PX', int(ttl_ms))
-      return {1, int(now_ms)}
-    end
-  end
+local kind_limit, fence = held_alone(shape, token)
+if kind_limit then
+  redis.call('SET', holders, kind_limit .. ' ' .. fence .. ' ' .. int(now_ms + ttl_ms) .. ' ' .. token,
+    'PX', int(ttl_ms))
+  return {1, int(now_ms)}
 end
 -- [rules]
 settle(shape)
