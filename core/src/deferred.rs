@@ -22,16 +22,14 @@ use crate::runtime;
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// A future waiting for its time, and its handle's view of it.
+/// A future waiting for its time, and where its handle finds the task
+/// once it started.
 struct Entry {
     task: Task,
-    started: Arc<Mutex<Started>>,
+    started: Started,
 }
 
-enum Started {
-    Not,
-    Running(AbortHandle),
-}
+type Started = Arc<Mutex<Option<AbortHandle>>>;
 
 /// This process's entries by due time (and a sequence number, for equal
 /// times).
@@ -60,7 +58,7 @@ pub(crate) fn lock_for_fork() -> impl std::any::Any {
 pub(crate) struct Deferred {
     pid: u32,
     key: (Instant, u64),
-    started: Arc<Mutex<Started>>,
+    started: Started,
 }
 
 /// Starts `future` on lockyard's runtime at `at` (at once if `at` has
@@ -90,7 +88,7 @@ where
     });
     let key = (at, table.next_id);
     table.next_id += 1;
-    let started = Arc::new(Mutex::new(Started::Not));
+    let started = Started::default();
     table.pending.insert(
         key,
         Entry {
@@ -122,7 +120,7 @@ impl Drop for Deferred {
         // timetable's lock, which this drop took after it.
         drop(guard);
         let started = self.started.lock().unwrap_or_else(|e| e.into_inner());
-        if let Started::Running(task) = &*started {
+        if let Some(task) = &*started {
             task.abort();
         }
     }
@@ -141,7 +139,7 @@ async fn dispatch(notify: Arc<Notify>) {
                 }
                 let Entry { task, started } = entry.remove();
                 let running = tokio::spawn(task).abort_handle();
-                *started.lock().unwrap_or_else(|e| e.into_inner()) = Started::Running(running);
+                *started.lock().unwrap_or_else(|e| e.into_inner()) = Some(running);
             }
             table.looks_at = table.pending.keys().next().map(|key| key.0);
             table.looks_at

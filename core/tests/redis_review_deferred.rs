@@ -80,6 +80,25 @@ fn child_answer(pid: i32, fds: [i32; 2], limit: Duration) -> Option<String> {
     Some(seen)
 }
 
+/// Forks a child that tries `lock` once and tells what it got: "acquired",
+/// or the error; None if it had not ended within 5 s.
+fn child_tries(lock: &Lock) -> Option<String> {
+    let fds = pipe();
+    // SAFETY: the child only runs lockyard calls and _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let answer = match lock.try_acquire() {
+            Ok(Some(guard)) => {
+                drop(guard);
+                "acquired".to_owned()
+            }
+            other => format!("{:?}", other.map(|g| g.is_some())),
+        };
+        answer_parent(fds, &answer);
+    }
+    child_answer(pid, fds, Duration::from_secs(5))
+}
+
 /// FINDING 1: a child forked while lockyard's runtime thread is inside the
 /// timetable's lock hangs for good at its first acquire.
 ///
@@ -134,21 +153,8 @@ fn a_child_forked_while_refreshers_fall_due_can_still_acquire() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         std::thread::sleep(Duration::from_micros(seed % 3000));
-        let fds = pipe();
-        // SAFETY: the child only runs lockyard calls and _exit.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            let answer = match child_lock.try_acquire() {
-                Ok(Some(guard)) => {
-                    drop(guard);
-                    "acquired".to_owned()
-                }
-                other => format!("{:?}", other.map(|g| g.is_some())),
-            };
-            answer_parent(fds, &answer);
-        }
         forks += 1;
-        match child_answer(pid, fds, Duration::from_secs(5)) {
+        match child_tries(&child_lock) {
             None => hung += 1,
             Some(answer) => assert_eq!(answer, "acquired", "child {forks}"),
         }
@@ -207,21 +213,8 @@ fn a_child_forked_while_another_thread_acquires_can_still_acquire() {
     let started = Instant::now();
     let (mut forks, mut hung) = (0, 0);
     while started.elapsed() < Duration::from_secs(10) && hung == 0 {
-        let fds = pipe();
-        // SAFETY: the child only runs lockyard calls and _exit.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            let answer = match child_lock.try_acquire() {
-                Ok(Some(guard)) => {
-                    drop(guard);
-                    "acquired".to_owned()
-                }
-                other => format!("{:?}", other.map(|g| g.is_some())),
-            };
-            answer_parent(fds, &answer);
-        }
         forks += 1;
-        match child_answer(pid, fds, Duration::from_secs(5)) {
+        match child_tries(&child_lock) {
             None => hung += 1,
             Some(answer) => assert_eq!(answer, "acquired", "child {forks}"),
         }

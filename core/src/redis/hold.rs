@@ -185,17 +185,7 @@ async fn refresh_loop(
     // A handed-over grant lasts only the handoff window until its first
     // refresh: retries of that one come quickly enough to fit them all in.
     let mut taken_up = !handed_over;
-    let mut due_now = true;
     loop {
-        if !due_now {
-            let pause = if taken_up {
-                keep.next_try(None)
-            } else {
-                first_refresh_retry(lease)
-            };
-            tokio::time::sleep(pause).await;
-        }
-        due_now = false;
         let sent = Stamp::now();
         let outcome = slots.refresh(&token, &refresher).await;
         match outcome {
@@ -226,6 +216,12 @@ async fn refresh_loop(
                 }
             }
         }
+        let pause = if taken_up {
+            keep.next_try(None)
+        } else {
+            first_refresh_retry(lease)
+        };
+        tokio::time::sleep(pause).await;
     }
 }
 
