@@ -118,7 +118,7 @@ pub fn force_release(url: &str, name: &str) -> Result<u32> {
             line_limit(&queue, &line) as usize
         };
         for entry in line.iter().take(held) {
-            if queue.remove(&entry.key).await? {
+            if queue.remove(&entry.key, None).await? {
                 removed += 1;
             }
         }

@@ -110,8 +110,7 @@ pub(crate) fn give_back(queue: &Queue, grant: &Grant) -> Result<bool> {
     let was_live = grant.held.health.is_healthy();
     let (key, revision) = (&grant.held.key, grant.held.revision);
     let lease_live = grant.lease.health.is_healthy();
-    let left =
-        runtime::block_on(queue.leave_holding(key, revision, was_live, Some(grant.lease.id)));
+    let left = runtime::block_on(queue.leave(key, revision, was_live, &grant.lease));
     if left.is_err() || grant.held.resent {
         grant.lease.stray(key.clone());
     }

@@ -114,6 +114,11 @@ pub(crate) fn created_at(key: &str, revision: i64) -> Value {
     json!({"key": encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": revision})
 }
 
+/// The key exists.
+pub(crate) fn exists(key: &str) -> Value {
+    json!({"key": encode(key), "target": "CREATE", "result": "GREATER", "create_revision": 0})
+}
+
 /// The `index`th response of a Txn answer, as a range answer.
 pub(crate) fn response(answer: &Value, index: usize) -> &Value {
     &answer["responses"][index]["response_range"]

@@ -3,7 +3,8 @@
 //!
 //! - `lock.rs`: the public [`Lock`]; `admin.rs`: [`holder`], [`inspect`] and
 //!   [`force_release`] for operators; `queue.rs`: the waiting line of one
-//!   name (etcd's concurrency recipe, one Txn per step);
+//!   name (etcd's concurrency recipe, one Txn per step); `removal.rs`: a
+//!   delete that knows what it did when its reply is lost;
 //! - `leases.rs`: this process's leases, kept alive by one task each, which
 //!   also checks the held keys and deletes keys left behind;
 //!   `session.rs`: [`Session`], one lease that locks live under, and the
@@ -25,6 +26,7 @@ mod kv;
 mod leases;
 mod lock;
 mod queue;
+mod removal;
 mod session;
 mod slots;
 mod target;

@@ -299,7 +299,7 @@ impl Queue {
         &self,
         key: &str,
         value: &str,
-        lease: &Lease,
+        lease: &Arc<Lease>,
         one_attempt: bool,
     ) -> Result<Taken> {
         let Some((revision, holds, resent)) = self.enter(key, value, lease).await? else {
@@ -342,7 +342,7 @@ impl Queue {
                     ));
                 }
                 Place::Behind { .. } if one_attempt => {
-                    self.leave(key, revision, true).await?;
+                    self.leave(key, revision, true, lease).await?;
                     return Ok(Taken::Busy { resent });
                 }
                 Place::Behind {
@@ -590,43 +590,30 @@ impl Queue {
 
     /// Deletes `key` if it is still the one created at `revision`: true if
     /// it was (the hold was kept to the end). A delete sent again after a
-    /// lost reply finds the key gone, its own first attempt having deleted
-    /// it: with the lease live when the release began (`was_live`), that is
-    /// the release, not a loss.
-    pub(crate) async fn leave(&self, key: &str, revision: i64, was_live: bool) -> Result<bool> {
-        self.leave_holding(key, revision, was_live, None).await
-    }
-
-    /// [`Queue::leave`]; a holder's (`lease`: the lease its key rode on)
-    /// also deletes its bar, if the bar is still its own, in the same Txn.
-    pub(crate) async fn leave_holding(
+    /// lost reply that finds the key gone asks its mark (`removal.rs`)
+    /// whether its own first attempt deleted it; with the lease live when
+    /// the release began (`was_live`), that is the release, not a loss. A
+    /// holder's bar, if still its own, goes in the same Txn.
+    pub(crate) async fn leave(
         &self,
         key: &str,
         revision: i64,
         was_live: bool,
-        lease: Option<i64>,
+        lease: &Arc<Lease>,
     ) -> Result<bool> {
-        let bar = lease.and_then(|_| self.bar_value(key));
-        let mut delete = vec![json!({"request_delete_range": {"key": kv::encode(key)}})];
-        if let Some(bar_value) = &bar {
-            delete.push(self.drop_bar(bar_value));
+        let bar = self.bar_value(key);
+        let also = bar
+            .iter()
+            .map(|bar_value| self.drop_bar(bar_value))
+            .collect();
+        let compare = kv::created_at(key, revision);
+        let removal = self
+            .delete_once(key, compare, also, Some(lease), "releasing the lock")
+            .await?;
+        if let (false, true, Some(bar_value)) = (removal.deleted, removal.gone, &bar) {
+            self.drop_bar_of_deleted_key(lease.id, bar_value).await;
         }
-        let txn = json!({
-            "compare": [kv::created_at(key, revision)],
-            "success": delete,
-            "failure": [kv::get(key)],
-        });
-        let (answer, resent) = self
-            .client
-            .call_tracked("kv/txn", &txn, self.request_until())
-            .await
-            .map_err(|fault| fault.into_error(&self.client, "releasing the lock"))?;
-        let deleted = answer["succeeded"].as_bool() == Some(true);
-        let gone = kv::entries(kv::response(&answer, 0)).is_empty();
-        if let (false, true, Some(lease), Some(bar_value)) = (deleted, gone, lease, &bar) {
-            self.drop_bar_of_deleted_key(lease, bar_value).await;
-        }
-        Ok(deleted || (resent && was_live && gone))
+        Ok(removal.deleted || (removal.by_lost_attempt && was_live))
     }
 
     /// A holder's key was gone when it released: if its lease is still

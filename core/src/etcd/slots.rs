@@ -3,6 +3,7 @@
 //! lease of the process that works on it, counting, and waiting until the
 //! line is empty.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -28,20 +29,13 @@ pub(crate) enum Adopted {
 
 impl Queue {
     /// Deletes `key` (a slot, or a holder an operator removes), whoever
-    /// holds it: true if it existed.
-    pub(crate) async fn remove(&self, key: &str) -> Result<bool> {
-        let (answer, resent) = self
-            .client
-            .call_tracked(
-                "kv/deleterange",
-                &json!({"key": kv::encode(key)}),
-                self.request_until(),
-            )
-            .await
-            .map_err(|fault| fault.into_error(&self.client, "freeing a slot"))?;
-        // Sent again after a lost reply, the delete finds the key gone by
-        // its own first attempt, or gone by its lease: either way freed.
-        Ok(kv::number(&answer["deleted"]) > 0 || resent)
+    /// holds it: true if it existed, also when the reply to the delete was
+    /// lost and it was sent again (`removal.rs`). Its mark rides on `marks`.
+    pub(crate) async fn remove(&self, key: &str, marks: Option<&Arc<Lease>>) -> Result<bool> {
+        let removal = self
+            .delete_once(key, kv::exists(key), Vec::new(), marks, "freeing a slot")
+            .await?;
+        Ok(removal.deleted || removal.by_lost_attempt)
     }
 
     /// Moves the slot `key` onto `lease`, keeping its create revision (its

@@ -229,7 +229,8 @@ impl WaitGroup {
         match (held, self.key(token)) {
             (Some(held), _) => self.free(held),
             (None, Some(key)) => runtime::block_on(async {
-                let removed = self.queue.remove(&key).await?;
+                let marks = self.leases().live(self.queue.request_until()).await?;
+                let removed = self.queue.remove(&key, Some(&marks)).await?;
                 // A token of a group of another limit names another key.
                 if !removed {
                     self.queue.check_shape().await?;
@@ -406,7 +407,7 @@ impl WaitGroup {
             let grant = &held.grant;
             let was_live = grant.held.health.is_healthy();
             let left = queue
-                .leave(&grant.held.key, grant.held.revision, was_live)
+                .leave(&grant.held.key, grant.held.revision, was_live, &grant.lease)
                 .await;
             if left.is_err() || grant.held.resent {
                 grant.lease.stray(grant.held.key.clone());
