@@ -161,8 +161,20 @@ impl Client {
         body: &Value,
         until: Instant,
     ) -> Result<(Value, bool), Fault> {
-        let (answer, resent) = self.call_resending(path, body, until).await;
-        answer.map(|answer| (answer, resent))
+        let (answer, unsure) = self.call_resending(path, body, until).await;
+        answer.map(|answer| (answer, unsure > 0))
+    }
+
+    /// [`Client::call_tracked`], counting the attempts whose fate is
+    /// unknown before the one that answered, also when the answer is a
+    /// refusal.
+    pub(crate) async fn call_counted(
+        &self,
+        path: &str,
+        body: &Value,
+        until: Instant,
+    ) -> (Result<Value, Fault>, u32) {
+        self.call_resending(path, body, until).await
     }
 
     /// Revokes lease `id`. Ok(false) if etcd no longer had it, unless the
@@ -174,26 +186,25 @@ impl Client {
             .await
         {
             (Ok(_), _) => Ok(true),
-            (Err(fault), resent) if fault.is_lease_gone() => Ok(resent),
+            (Err(fault), unsure) if fault.is_lease_gone() => Ok(unsure > 0),
             (Err(fault), _) => Err(fault),
         }
     }
 
-    /// [`Client::call_tracked`], saying whether the request was sent again
-    /// also when the answer is a refusal.
+    /// [`Client::call_counted`].
     async fn call_resending(
         &self,
         path: &str,
         body: &Value,
         until: Instant,
-    ) -> (Result<Value, Fault>, bool) {
+    ) -> (Result<Value, Fault>, u32) {
         let mut pause = FIRST_PAUSE;
         let mut renewed_token = false;
-        let mut resent = false;
+        let mut unsure = 0;
         loop {
             let member = self.preferred.load(Ordering::Relaxed) % self.target.members.len();
             let failure = match self.ask(member, path, body, until).await {
-                Ok(answer) => return (Ok(answer), resent),
+                Ok(answer) => return (Ok(answer), unsure),
                 Err(Fault::Refused { code, .. }) if code == UNAUTHENTICATED && !renewed_token => {
                     // The token expired (or never was): log in again, once per call.
                     renewed_token = true;
@@ -201,12 +212,12 @@ impl Client {
                     continue;
                 }
                 Err(Fault::Refused { code, message }) if !is_passing(code, &message) => {
-                    return (Err(Fault::Refused { code, message }), resent)
+                    return (Err(Fault::Refused { code, message }), unsure)
                 }
                 // Never sent: a repeat cannot meet an earlier attempt's write.
                 Err(Fault::Unsent(message)) => message,
                 Err(Fault::Refused { message, .. }) | Err(Fault::Unanswered(message)) => {
-                    resent = true;
+                    unsure += 1;
                     message
                 }
             };
@@ -219,7 +230,7 @@ impl Client {
             );
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return (Err(Fault::Unanswered(failure)), resent);
+                return (Err(Fault::Unanswered(failure)), unsure);
             }
             tokio::time::sleep(pause.min(left)).await;
             pause = (pause * 2).min(MAX_PAUSE);
