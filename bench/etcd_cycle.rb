@@ -1,12 +1,14 @@
 # frozen_string_literal: true
 
 # Uncontended acquire + release cycles on etcd from Ruby, for bench/etcd.py:
-# prints the mean microseconds per cycle of a Lockyard::Etcd::Lock
-# (`lockyard`), or of its floor (`floor`: the same two requests lockyard
+# a Lockyard::Etcd::Lock against its floor (the same two requests lockyard
 # sends — the put-if-absent Txn on a lease, the compare-and-delete Txn — by
-# Ruby's own Net::HTTP over one kept-alive connection to etcd's JSON gateway).
+# Ruby's own Net::HTTP over one kept-alive connection to etcd's JSON
+# gateway), in alternating batches of CYCLES, so that both meet the same
+# moments of the disk's fsync. Prints one line per round: the mean
+# microseconds per cycle of the floor, then of lockyard.
 #
-#   ruby bench/etcd_cycle.rb lockyard|floor ETCD_URL KEY CYCLES
+#   ruby bench/etcd_cycle.rb ETCD_URL KEY CYCLES ROUNDS
 
 require "base64"
 require "json"
@@ -45,12 +47,18 @@ def lockyard_cycle(url, key)
   end
 end
 
-what, url, key, cycles = ARGV
-abort("usage: etcd_cycle.rb lockyard|floor ETCD_URL KEY CYCLES") unless cycles
-cycle = what == "floor" ? floor_cycle(url, key) : lockyard_cycle(url, key)
+def per_cycle_us(cycle, cycles)
+  started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  cycles.times { cycle.call }
+  (Process.clock_gettime(Process::CLOCK_MONOTONIC) - started) * 1e6 / cycles
+end
+
+url, key, cycles, rounds = ARGV
+abort("usage: etcd_cycle.rb ETCD_URL KEY CYCLES ROUNDS") unless rounds
+floor = floor_cycle(url, "#{key}-floor")
+ours = lockyard_cycle(url, key)
 cycles = Integer(cycles)
-[cycles, 50].min.times { cycle.call } # connect, grant the lease
-started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-cycles.times { cycle.call }
-elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-puts format("%.1f", elapsed * 1e6 / cycles)
+[floor, ours].each { |cycle| 50.times { cycle.call } } # connect, grant the lease
+Integer(rounds).times do
+  puts format("%.1f %.1f", per_cycle_us(floor, cycles), per_cycle_us(ours, cycles))
+end

@@ -5,6 +5,7 @@
 //!   [`force_release`] for operators; `queue.rs`: the waiting line of one
 //!   name (etcd's concurrency recipe, one Txn per step); `removal.rs`: a
 //!   delete that knows what it did when its reply is lost;
+//!   `uncontended.rs`: the small Txn that takes a name with no key;
 //! - `leases.rs`: this process's leases, kept alive by one task each, which
 //!   also checks the held keys and deletes keys left behind;
 //!   `session.rs`: [`Session`], one lease that locks live under, and the
@@ -30,6 +31,7 @@ mod removal;
 mod session;
 mod slots;
 mod target;
+mod uncontended;
 mod wait_group;
 
 pub use crate::behavior::Behavior;

@@ -13,6 +13,7 @@
 
 use std::future::Future;
 use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -22,6 +23,7 @@ use serde_json::{json, Value};
 use super::client::{Client, Fault};
 use super::kv;
 use super::leases::Lease;
+use super::uncontended::Uncontended;
 use crate::error::{Error, Result};
 
 /// A watch is opened again after this long even if it saw nothing: a
@@ -47,6 +49,9 @@ pub(crate) struct Queue {
     barring: Option<Barring>,
     /// "lock \"deploy\"", for messages.
     what: String,
+    /// The last entry found the line busy: the next goes straight to the
+    /// full entry (`uncontended.rs`).
+    pub(crate) crowded: AtomicBool,
 }
 
 /// The session a bar was put by (its value's first word).
@@ -153,6 +158,7 @@ impl Queue {
             limit: shape.limit(),
             barring: None,
             what,
+            crowded: AtomicBool::new(false),
         })
     }
 
@@ -179,6 +185,12 @@ impl Queue {
             Some(value) => format!("{} {nonce} {value}", barring.session),
             None => format!("{} {nonce}", barring.session),
         })
+    }
+
+    /// Whether this line's holders bar the name (a lock under a session
+    /// with a lock_delay).
+    pub(crate) fn is_barring(&self) -> bool {
+        self.barring.is_some()
     }
 
     /// Whether `bar` (a read of the bar key) bars this line's entries: a
@@ -412,6 +424,18 @@ impl Queue {
         value: &str,
         lease: &Lease,
     ) -> Result<Option<(i64, bool, bool)>> {
+        let mut alone_resent = false;
+        if self.tries_alone() {
+            match self.enter_alone(key, value, lease).await? {
+                Uncontended::Held { revision, resent } => {
+                    return Ok(Some((revision, true, resent)))
+                }
+                Uncontended::LeaseGone => return Ok(None),
+                // An attempt whose reply was lost may have put the key:
+                // the full entry's failure branch reads it.
+                Uncontended::Crowded { resent } => alone_resent = resent,
+            }
+        }
         let holders = kv::oldest(&self.own, self.limit);
         let oldest = kv::oldest(&self.prefix, 1);
         let bar = kv::read(&self.bar_key());
@@ -449,6 +473,10 @@ impl Queue {
         let holders = kv::entries(kv::response(&answer, 1));
         let holds = holders.iter().any(|entry| entry.key == key)
             && !self.is_barred(&kv::entries(kv::response(&answer, 2)));
+        // Alone in the line again: the next entry tries the small Txn.
+        if holds && holders.len() == 1 {
+            self.crowded.store(false, Ordering::Relaxed);
+        }
         let revision = if answer["succeeded"].as_bool() == Some(true) {
             kv::revision(&answer)
         } else {
@@ -461,7 +489,7 @@ impl Queue {
                 }
             }
         };
-        Ok(Some((revision, holds, resent)))
+        Ok(Some((revision, holds, resent || alone_resent)))
     }
 
     /// Where `key`, created at `revision`, stands: one read-only Txn.
