@@ -509,3 +509,31 @@ fn a_newcomer_never_slips_in_ahead_of_the_waiters() {
     assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
     assert_eq!(slipped.load(Ordering::SeqCst), 0);
 }
+
+/// Must hold (`uncontended.rs`: a name found busy keeps to the full entry,
+/// remembered by the process): a fresh `Lock` object per acquire, common in
+/// request handlers, enters a busy name with one put, not a failed small
+/// Txn (one more Raft write) and then the full entry. Review 7 noted that
+/// the memory was the lock object's, and each fresh object paid for it.
+#[test]
+fn a_fresh_lock_object_enters_a_busy_name_with_one_put() {
+    let server = EtcdServer::start();
+    let proxy = RuleProxy::start(server.client_port);
+    let holder = lock_at(&proxy.url(), "busy-fresh", 30);
+    let _held = holder.acquire(Some(Duration::from_secs(5))).unwrap();
+    let wait = Some(Duration::from_millis(300));
+    // The first newcomer learns that the name is busy.
+    let first = lock_at(&proxy.url(), "busy-fresh", 30);
+    assert!(first.acquire(wait).is_err(), "the name is held");
+    drop(first);
+    // Counts the requests that put: entries, small or full.
+    proxy.rule("request_put", Act::HoldRequest(Duration::ZERO), Some(100));
+    let second = lock_at(&proxy.url(), "busy-fresh", 30);
+    assert!(second.acquire(wait).is_err(), "the name is held");
+    assert_eq!(
+        proxy.left("request_put"),
+        Some(99),
+        "a fresh lock object entering a name this process found busy sent {} requests that put",
+        100 - proxy.left("request_put").unwrap_or(0)
+    );
+}

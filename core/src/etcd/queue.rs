@@ -13,7 +13,6 @@
 
 use std::future::Future;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -49,9 +48,6 @@ pub(crate) struct Queue {
     barring: Option<Barring>,
     /// "lock \"deploy\"", for messages.
     what: String,
-    /// The last entry found the line busy: the next goes straight to the
-    /// full entry (`uncontended.rs`).
-    pub(crate) crowded: AtomicBool,
 }
 
 /// The session a bar was put by (its value's first word).
@@ -158,7 +154,6 @@ impl Queue {
             limit: shape.limit(),
             barring: None,
             what,
-            crowded: AtomicBool::new(false),
         })
     }
 
@@ -475,7 +470,7 @@ impl Queue {
             && !self.is_barred(&kv::entries(kv::response(&answer, 2)));
         // Alone in the line again: the next entry tries the small Txn.
         if holds && holders.len() == 1 {
-            self.crowded.store(false, Ordering::Relaxed);
+            self.found_crowded(false);
         }
         let revision = if answer["succeeded"].as_bool() == Some(true) {
             kv::revision(&answer)

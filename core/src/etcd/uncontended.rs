@@ -8,11 +8,13 @@
 //! put-if-absent (bench/etcd.py). When the name has no key (no holder, no
 //! waiter, nothing of another shape) and no bar, the put alone decides:
 //! this key is the oldest and the only one, so it holds. Otherwise the Txn
-//! writes nothing and the full entry follows; a line found busy keeps to
+//! writes nothing and the full entry follows; a name found busy keeps to
 //! the full entry until an entry finds it empty again, so contended names
-//! do not pay for a failed attempt each time.
+//! do not pay for a failed attempt each time. That memory is the process's,
+//! not the lock object's: code that builds a `Lock` per acquire is common.
 
-use std::sync::atomic::Ordering;
+use std::collections::HashSet;
+use std::sync::{LazyLock, Mutex, MutexGuard, TryLockError};
 
 use serde_json::json;
 
@@ -36,12 +38,35 @@ pub(crate) enum Uncontended {
     LeaseGone,
 }
 
+/// The names (their key prefixes) whose last entry in this process found
+/// them busy. A name left out only costs one failed small Txn: so the set
+/// starts over rather than grow without end, and is passed by when another
+/// thread has it (never waited on: a child forked while a thread of its
+/// parent had it would wait forever).
+static CROWDED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Mutex::default);
+const CROWDED_MOST: usize = 10_000;
+
 impl Queue {
     /// Whether the next entry tries [`Queue::enter_alone`] first: not for
     /// a lock whose own session's bar must not bar it (the full entry
-    /// reads whose bar it is), nor for a line last found busy.
+    /// reads whose bar it is), nor for a name last found busy.
     pub(crate) fn tries_alone(&self) -> bool {
-        !self.is_barring() && !self.crowded.load(Ordering::Relaxed)
+        !self.is_barring() && !crowded().is_some_and(|names| names.contains(&self.prefix))
+    }
+
+    /// Notes whether an entry found the line busy.
+    pub(crate) fn found_crowded(&self, busy: bool) {
+        let Some(mut names) = crowded() else {
+            return;
+        };
+        if !busy {
+            names.remove(&self.prefix);
+            return;
+        }
+        if names.len() >= CROWDED_MOST {
+            names.clear();
+        }
+        names.insert(self.prefix.clone());
     }
 
     /// Puts `key` on `lease` if the name has no key and no bar.
@@ -79,7 +104,15 @@ impl Queue {
                 resent,
             });
         }
-        self.crowded.store(true, Ordering::Relaxed);
+        self.found_crowded(true);
         Ok(Uncontended::Crowded { resent })
+    }
+}
+
+fn crowded() -> Option<MutexGuard<'static, HashSet<String>>> {
+    match CROWDED.try_lock() {
+        Ok(names) => Some(names),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
     }
 }
