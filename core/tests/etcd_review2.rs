@@ -12,22 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use etcd_support::{answer_parent, child_answer, eventually, pipe, EtcdServer, Proxy};
-use lockyard::etcd::{Lock, WaitGroup};
-
-fn group_at(url: &str, name: &str, limit: u32, ttl: u64) -> WaitGroup {
-    WaitGroup::builder(url, name, limit)
-        .ttl(Duration::from_secs(ttl))
-        .build()
-        .unwrap()
-}
-
-fn lock_at(url: &str, name: &str, ttl: u64) -> Lock {
-    Lock::builder(url, name)
-        .ttl(Duration::from_secs(ttl))
-        .build()
-        .unwrap()
-}
+use etcd_support::{
+    answer_parent, child_answer, eventually, group_at, lock_at, pipe, EtcdServer, Proxy,
+};
+use lockyard::etcd::WaitGroup;
 
 /// A loopback port nothing listens on: a member that refuses at once.
 fn dead_port() -> u16 {

@@ -14,22 +14,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use base64::Engine;
-use etcd_support::{eventually, EtcdServer, LateMember, Proxy};
-use lockyard::etcd::{Lock, WaitGroup};
-
-fn group_at(url: &str, name: &str, limit: u32, ttl: u64) -> WaitGroup {
-    WaitGroup::builder(url, name, limit)
-        .ttl(Duration::from_secs(ttl))
-        .build()
-        .unwrap()
-}
-
-fn lock_at(url: &str, name: &str, ttl: u64) -> Lock {
-    Lock::builder(url, name)
-        .ttl(Duration::from_secs(ttl))
-        .build()
-        .unwrap()
-}
+use etcd_support::{eventually, group_at, lock_at, EtcdServer, LateMember, Proxy};
+use lockyard::etcd::Lock;
 
 /// Must hold (the brief's contract for this commit: "entries with another
 /// limit are refused with Error::Config"; the Redis contract,

@@ -18,26 +18,12 @@ mod etcd_support;
 
 use std::time::{Duration, Instant};
 
-use etcd_support::{eventually, Act, EtcdServer, LateMember, RuleProxy};
-use lockyard::etcd::{force_release, inspect, Lock, WaitGroup};
+use etcd_support::{eventually, group_at, lock_at, Act, EtcdServer, LateMember, RuleProxy};
+use lockyard::etcd::{force_release, inspect, Lock};
 
 /// The text of every request that deletes a holder's key or a slot (the
 /// release Txn, `done`'s, `force_release`'s), and of no read.
 const DELETE_TXN: &str = "request_delete_range";
-
-fn lock_at(url: &str, name: &str, ttl: u64) -> Lock {
-    Lock::builder(url, name)
-        .ttl(Duration::from_secs(ttl))
-        .build()
-        .unwrap()
-}
-
-fn group_at(url: &str, name: &str, limit: u32, ttl: u64) -> WaitGroup {
-    WaitGroup::builder(url, name, limit)
-        .ttl(Duration::from_secs(ttl))
-        .build()
-        .unwrap()
-}
 
 /// The URL of two members, `first` tried first, then the server itself.
 fn two_members(first: u16, server: &EtcdServer) -> String {

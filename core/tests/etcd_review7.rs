@@ -21,22 +21,8 @@ use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use etcd_support::{eventually, Act, EtcdServer, LateMember, RuleProxy};
-use lockyard::etcd::{inspect, Election, Lock, Session, WaitGroup};
-
-fn lock_at(url: &str, name: &str, ttl: u64) -> Lock {
-    Lock::builder(url, name)
-        .ttl(Duration::from_secs(ttl))
-        .build()
-        .unwrap()
-}
-
-fn group_at(url: &str, name: &str, limit: u32, ttl: u64) -> WaitGroup {
-    WaitGroup::builder(url, name, limit)
-        .ttl(Duration::from_secs(ttl))
-        .build()
-        .unwrap()
-}
+use etcd_support::{eventually, group_at, lock_at, Act, EtcdServer, LateMember, RuleProxy};
+use lockyard::etcd::{inspect, Election, Lock, Session};
 
 fn session_at(url: &str, ttl: u64, lock_delay: u64) -> Session {
     Session::builder(url)

@@ -452,18 +452,8 @@ impl Queue {
             // name is held as.
             "failure": [kv::get(key), holders, bar, oldest],
         });
-        let answer = self
-            .client
-            .call_tracked("kv/txn", &txn, self.request_until())
-            .await;
-        let (answer, resent) = match answer {
-            Err(fault) if fault.is_lease_gone() => {
-                lease.gone();
-                return Ok(None);
-            }
-            answer => {
-                answer.map_err(|fault| fault.into_error(&self.client, "queueing for the lock"))?
-            }
+        let Some((answer, resent)) = self.enter_txn(&txn, lease).await? else {
+            return Ok(None);
         };
         let holders = kv::entries(kv::response(&answer, 1));
         let holds = holders.iter().any(|entry| entry.key == key)
@@ -485,6 +475,29 @@ impl Queue {
             }
         };
         Ok(Some((revision, holds, resent || alone_resent)))
+    }
+
+    /// Sends an entry's Txn, which puts on `lease`: None when etcd says
+    /// the lease is gone (noted on it); else the answer, and whether it
+    /// was sent more than once.
+    pub(crate) async fn enter_txn(
+        &self,
+        txn: &Value,
+        lease: &Lease,
+    ) -> Result<Option<(Value, bool)>> {
+        match self
+            .client
+            .call_tracked("kv/txn", txn, self.request_until())
+            .await
+        {
+            Err(fault) if fault.is_lease_gone() => {
+                lease.gone();
+                Ok(None)
+            }
+            answer => answer
+                .map(Some)
+                .map_err(|fault| fault.into_error(&self.client, "queueing for the lock")),
+        }
     }
 
     /// Where `key`, created at `revision`, stands: one read-only Txn.

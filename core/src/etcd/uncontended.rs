@@ -85,18 +85,8 @@ impl Queue {
                 {"request_put": {"key": kv::encode(key), "value": kv::encode(value), "lease": lease.id}},
             ],
         });
-        let answer = self
-            .client
-            .call_tracked("kv/txn", &txn, self.request_until())
-            .await;
-        let (answer, resent) = match answer {
-            Err(fault) if fault.is_lease_gone() => {
-                lease.gone();
-                return Ok(Uncontended::LeaseGone);
-            }
-            answer => {
-                answer.map_err(|fault| fault.into_error(&self.client, "queueing for the lock"))?
-            }
+        let Some((answer, resent)) = self.enter_txn(&txn, lease).await? else {
+            return Ok(Uncontended::LeaseGone);
         };
         if answer["succeeded"].as_bool() == Some(true) {
             return Ok(Uncontended::Held {

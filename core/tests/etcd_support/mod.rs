@@ -443,3 +443,19 @@ pub fn child_answer(pid: i32, fds: [i32; 2], limit: Duration) -> String {
         .unwrap();
     seen
 }
+
+/// A lock of `ttl` seconds on `url`.
+pub fn lock_at(url: &str, name: &str, ttl: u64) -> lockyard::etcd::Lock {
+    lockyard::etcd::Lock::builder(url, name)
+        .ttl(Duration::from_secs(ttl))
+        .build()
+        .unwrap()
+}
+
+/// A wait group of `limit` slots of `ttl` seconds on `url`.
+pub fn group_at(url: &str, name: &str, limit: u32, ttl: u64) -> lockyard::etcd::WaitGroup {
+    lockyard::etcd::WaitGroup::builder(url, name, limit)
+        .ttl(Duration::from_secs(ttl))
+        .build()
+        .unwrap()
+}
