@@ -1,21 +1,25 @@
 //! The blocking API called from inside the caller's own tokio runtime, as
 //! a service that has not moved to the `_async` twins does: every primitive
 //! works there (never "Cannot start a runtime from within a runtime"), on a
-//! current-thread and on a multi-thread runtime.
+//! current-thread and on a multi-thread runtime, on Redis, the quorum,
+//! GCS and etcd.
 
+mod etcd_support;
 mod gcs_support;
 mod support;
 
 use std::time::Duration;
 
+use etcd_support::EtcdServer;
 use lockyard::quorum::RwLock;
 use lockyard::redis::{Election, Lock, Session, WaitGroup};
 use support::RedisServer;
 
 const SHORT: Option<Duration> = Some(Duration::from_secs(5));
 
-fn inside(runtime: tokio::runtime::Runtime, servers: &[RedisServer]) {
+fn inside(runtime: tokio::runtime::Runtime, servers: &[RedisServer], etcd: &EtcdServer) {
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let etcd_url = etcd.url();
     let store = gcs_support::FaithfulStore::new();
     runtime.block_on(async move {
         let url = &urls[0];
@@ -50,7 +54,32 @@ fn inside(runtime: tokio::runtime::Runtime, servers: &[RedisServer]) {
         let held = gcs.acquire(SHORT).unwrap();
         held.check_health().unwrap();
         assert!(held.release().unwrap());
+
+        let url = etcd_url.as_str();
+        let lock = lockyard::etcd::Lock::builder(url, "in-tokio")
+            .build()
+            .unwrap();
+        let guard = lock.acquire(SHORT).unwrap();
+        assert!(lock.try_acquire().is_err(), "held by this thread already");
+        guard.check_health().unwrap();
+        assert!(guard.release().unwrap());
+
+        let group = lockyard::etcd::WaitGroup::builder(url, "in-tokio-group", 2)
+            .build()
+            .unwrap();
+        let token = group.add(SHORT, &|| false).unwrap();
+        assert_eq!(group.count().unwrap(), 1);
+        assert!(group.done(&token).unwrap());
+        assert!(group.wait(SHORT).unwrap());
+
+        let session = lockyard::etcd::Session::builder(url).build().unwrap();
+        let election = lockyard::etcd::Election::new(url, "in-tokio-election", &session).unwrap();
+        assert!(election.campaign("me", SHORT).unwrap());
+        assert_eq!(election.leader().unwrap().as_deref(), Some("me"));
+        assert!(election.resign().unwrap());
+        session.destroy().unwrap();
     });
+    assert!(etcd.keys().is_empty(), "{:?}", etcd.keys());
 }
 
 fn servers() -> Vec<RedisServer> {
@@ -63,7 +92,7 @@ fn every_primitive_works_inside_a_current_thread_runtime() {
         .enable_all()
         .build()
         .unwrap();
-    inside(runtime, &servers());
+    inside(runtime, &servers(), &EtcdServer::start());
 }
 
 #[test]
@@ -73,5 +102,5 @@ fn every_primitive_works_inside_a_multi_thread_runtime() {
         .enable_all()
         .build()
         .unwrap();
-    inside(runtime, &servers());
+    inside(runtime, &servers(), &EtcdServer::start());
 }
