@@ -161,20 +161,8 @@ impl Client {
         body: &Value,
         until: Instant,
     ) -> Result<(Value, bool), Fault> {
-        let (answer, unsure) = self.call_resending(path, body, until).await;
+        let (answer, unsure) = self.call_counted(path, body, until).await;
         answer.map(|answer| (answer, unsure > 0))
-    }
-
-    /// [`Client::call_tracked`], counting the attempts whose fate is
-    /// unknown before the one that answered, also when the answer is a
-    /// refusal.
-    pub(crate) async fn call_counted(
-        &self,
-        path: &str,
-        body: &Value,
-        until: Instant,
-    ) -> (Result<Value, Fault>, u32) {
-        self.call_resending(path, body, until).await
     }
 
     /// Revokes lease `id`. Ok(false) if etcd no longer had it, unless the
@@ -182,7 +170,7 @@ impl Client {
     /// that attempt revoked it (Ok(true)).
     pub(crate) async fn revoke(&self, id: i64, until: Instant) -> Result<bool, Fault> {
         match self
-            .call_resending("lease/revoke", &json!({"ID": id}), until)
+            .call_counted("lease/revoke", &json!({"ID": id}), until)
             .await
         {
             (Ok(_), _) => Ok(true),
@@ -191,8 +179,10 @@ impl Client {
         }
     }
 
-    /// [`Client::call_counted`].
-    async fn call_resending(
+    /// [`Client::call_tracked`], counting the attempts whose fate is
+    /// unknown before the one that answered, also when the answer is a
+    /// refusal.
+    pub(crate) async fn call_counted(
         &self,
         path: &str,
         body: &Value,
