@@ -46,10 +46,10 @@ fn handle() -> Handle {
 }
 
 /// Makes `fork` wait until no other thread holds the mutexes a child's
-/// first call takes (this runtime's, and the timetable of deferred
-/// refreshers, in that order), by holding them itself across it: the child
-/// has no other thread, and a lock held by one at the fork would stay
-/// locked in the child for good. Registered once, before either is first
+/// first call takes (the timetable of deferred refreshers, then this
+/// runtime's: the order every caller takes them in), by holding them
+/// itself across it: the child has no other thread, and a lock held by
+/// one at the fork would stay locked in the child for good. Registered once, before either is first
 /// taken. Nobody holds them while waiting for anything but each other, so
 /// this waits at most for one spawn or one dispatch.
 fn held_across_fork() {

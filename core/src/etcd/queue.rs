@@ -163,10 +163,15 @@ impl Queue {
         self
     }
 
-    /// `lockyard/<escaped name>.bar`: outside every line's range (a name's
-    /// escaped form has no '/').
+    /// `lockyard/<escaped name>.bar`.
     pub(crate) fn bar_key(&self) -> String {
-        format!("{}.bar", self.prefix.trim_end_matches('/'))
+        self.key_beside("bar")
+    }
+
+    /// `lockyard/<escaped name>.<what>`: outside every line's range (a
+    /// name's escaped form has no '/').
+    pub(crate) fn key_beside(&self, what: &str) -> String {
+        format!("{}.{what}", self.prefix.trim_end_matches('/'))
     }
 
     /// The bar of this line's holder `key`: `<session> <key's nonce>[

@@ -116,8 +116,7 @@ impl Queue {
     /// `lockyard/<escaped name>.gone.<nonce>`: outside every line's range,
     /// like the bar, and one per call.
     fn mark_key(&self) -> String {
-        let stem = self.prefix.trim_end_matches('/');
-        format!("{stem}.gone.{}", identity::random_hex(8))
+        self.key_beside(&format!("gone.{}", identity::random_hex(8)))
     }
 
     async fn drop_mark(&self, mark: &str, lease: &Arc<Lease>) {
