@@ -87,6 +87,11 @@ def proposals(port: int) -> int:
     raise RuntimeError("etcd's /metrics has no etcd_server_proposals_committed_total")
 
 
+def round_ratio(mine: list[float], floors: list[float]) -> float:
+    """The median of the rounds' ratios: each round's against its own floor."""
+    return statistics.median(m / f for m, f in zip(mine, floors))
+
+
 def per_cycle_us(cycle, count: int) -> float:
     started = time.perf_counter()
     for _ in range(count):
@@ -247,7 +252,7 @@ def main() -> None:
             etcd.stop()
 
     floor, mine = statistics.median(floors), statistics.median(ours)
-    cycle_ratio = statistics.median(m / f for m, f in zip(ours, floors))
+    cycle_ratio = round_ratio(ours, floors)
     handoff, put = statistics.median(handoffs), statistics.median(puts)
     print(f"etcd {ROUNDS} rounds x {CYCLES} uncontended cycles, one local member")
     print(f"  raw floor (http.client, 2 Txns)   {floor:8.0f} us/cycle   1.00x")
@@ -255,12 +260,12 @@ def main() -> None:
           f"   target <= {CYCLE_TARGET:.2f}x: {'met' if cycle_ratio <= CYCLE_TARGET else 'MISSED'}")  # fmt: skip
     if peers:
         theirs = statistics.median(peers)
-        peer_ratio = statistics.median(p / f for p, f in zip(peers, floors))
+        peer_ratio = round_ratio(peers, floors)
         print(f"  python-etcd3 Lock (peer)          {theirs:8.0f} us/cycle   {peer_ratio:.2f}x")
     if rb_rounds:
-        rb_floor = statistics.median(f for f, _ in rb_rounds)
-        rb_mine = statistics.median(m for _, m in rb_rounds)
-        rb_ratio = statistics.median(m / f for f, m in rb_rounds)
+        rb_floors, rb_ours = [f for f, _ in rb_rounds], [m for _, m in rb_rounds]
+        rb_floor, rb_mine = statistics.median(rb_floors), statistics.median(rb_ours)
+        rb_ratio = round_ratio(rb_ours, rb_floors)
         print(f"  Ruby raw floor (Net::HTTP)        {rb_floor:8.0f} us/cycle   1.00x")
         print(f"  Lockyard::Etcd::Lock              {rb_mine:8.0f} us/cycle   {rb_ratio:.2f}x"
               f"   target <= {CYCLE_TARGET:.2f}x: {'met' if rb_ratio <= CYCLE_TARGET else 'MISSED'}")  # fmt: skip

@@ -12,24 +12,23 @@ use std::time::Duration;
 
 use etcd_support::EtcdServer;
 use lockyard::quorum::RwLock;
-use lockyard::redis::{Election, Lock, Session, WaitGroup};
 use support::RedisServer;
 
 const SHORT: Option<Duration> = Some(Duration::from_secs(5));
 
-fn inside(runtime: tokio::runtime::Runtime, servers: &[RedisServer], etcd: &EtcdServer) {
-    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let etcd_url = etcd.url();
-    let store = gcs_support::FaithfulStore::new();
-    runtime.block_on(async move {
-        let url = &urls[0];
-        let lock = Lock::builder(url.as_str(), "in-tokio").build().unwrap();
+/// The Lock, WaitGroup, Session and Election of `backend` (a module path:
+/// Redis and etcd share these names and methods) on `url`.
+macro_rules! the_backend {
+    ($backend:path, $url:expr) => {{
+        use $backend::{Election, Lock, Session, WaitGroup};
+        let url: &str = $url;
+        let lock = Lock::builder(url, "in-tokio").build().unwrap();
         let guard = lock.acquire(SHORT).unwrap();
         assert!(lock.try_acquire().is_err(), "held by this thread already");
         guard.check_health().unwrap();
         assert!(guard.release().unwrap());
 
-        let group = WaitGroup::builder(url.as_str(), "in-tokio-group", 2)
+        let group = WaitGroup::builder(url, "in-tokio-group", 2)
             .build()
             .unwrap();
         let token = group.add(SHORT, &|| false).unwrap();
@@ -37,12 +36,21 @@ fn inside(runtime: tokio::runtime::Runtime, servers: &[RedisServer], etcd: &Etcd
         assert!(group.done(&token).unwrap());
         assert!(group.wait(SHORT).unwrap());
 
-        let session = Session::builder(url.as_str()).build().unwrap();
+        let session = Session::builder(url).build().unwrap();
         let election = Election::new(url, "in-tokio-election", &session).unwrap();
         assert!(election.campaign("me", SHORT).unwrap());
         assert_eq!(election.leader().unwrap().as_deref(), Some("me"));
         assert!(election.resign().unwrap());
         session.destroy().unwrap();
+    }};
+}
+
+fn inside(runtime: tokio::runtime::Runtime, servers: &[RedisServer], etcd: &EtcdServer) {
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let etcd_url = etcd.url();
+    let store = gcs_support::FaithfulStore::new();
+    runtime.block_on(async move {
+        the_backend!(lockyard::redis, urls[0].as_str());
 
         let rw = RwLock::builder(urls.clone(), "in-tokio-rw")
             .build()
@@ -55,29 +63,7 @@ fn inside(runtime: tokio::runtime::Runtime, servers: &[RedisServer], etcd: &Etcd
         held.check_health().unwrap();
         assert!(held.release().unwrap());
 
-        let url = etcd_url.as_str();
-        let lock = lockyard::etcd::Lock::builder(url, "in-tokio")
-            .build()
-            .unwrap();
-        let guard = lock.acquire(SHORT).unwrap();
-        assert!(lock.try_acquire().is_err(), "held by this thread already");
-        guard.check_health().unwrap();
-        assert!(guard.release().unwrap());
-
-        let group = lockyard::etcd::WaitGroup::builder(url, "in-tokio-group", 2)
-            .build()
-            .unwrap();
-        let token = group.add(SHORT, &|| false).unwrap();
-        assert_eq!(group.count().unwrap(), 1);
-        assert!(group.done(&token).unwrap());
-        assert!(group.wait(SHORT).unwrap());
-
-        let session = lockyard::etcd::Session::builder(url).build().unwrap();
-        let election = lockyard::etcd::Election::new(url, "in-tokio-election", &session).unwrap();
-        assert!(election.campaign("me", SHORT).unwrap());
-        assert_eq!(election.leader().unwrap().as_deref(), Some("me"));
-        assert!(election.resign().unwrap());
-        session.destroy().unwrap();
+        the_backend!(lockyard::etcd, etcd_url.as_str());
     });
     assert!(etcd.keys().is_empty(), "{:?}", etcd.keys());
 }
