@@ -14,7 +14,7 @@ use super::route::Route;
 use super::semaphore::Semaphore;
 use super::server::{server, COMMAND_TIMEOUT};
 use super::session::{Binding, Session, SessionState};
-use super::slots::Shape;
+use super::slots::{HolderState, Shape};
 use crate::error::{Error, Result};
 use crate::health;
 use crate::holds::{Holds, ProcessHolds};
@@ -22,6 +22,8 @@ use crate::identity::{random_hex, request_token};
 use crate::lease::DEFAULT_CONNECT_TIMEOUT;
 pub use crate::state::Term;
 use crate::wait::{Deadline, InTime, Interrupt, NEVER};
+
+mod in_task;
 
 /// How often an observer with nothing to read asks whether the leader's
 /// lease ran out (nobody else may notice, and so record, its end).
@@ -108,6 +110,15 @@ impl Election {
         interrupted: Interrupt<'_>,
     ) -> Result<()> {
         let deadline = deadline.into();
+        let token = self.ballot(value)?;
+        let hold = self
+            .semaphore
+            .acquire(&token, value, deadline, interrupted)?;
+        self.take_office(hold, deadline)
+    }
+
+    /// Checks that a campaign for `value` may start; its request token.
+    fn ballot(&self, value: &str) -> Result<String> {
         if value.is_empty() {
             return Err(Error::config("a campaign's value must not be empty"));
         }
@@ -122,10 +133,12 @@ impl Election {
             std::process::id(),
             self.suffix
         );
-        let token = request_token(&identity);
-        let hold = self
-            .semaphore
-            .acquire(&token, value, deadline, interrupted)?
+        Ok(request_token(&identity))
+    }
+
+    /// Records the term a campaign won; a timeout if it won none.
+    fn take_office(&self, hold: Option<Hold>, deadline: Deadline) -> Result<()> {
+        let hold = hold
             .ok_or_else(|| deadline.ran_out(format!("leadership of {}", self.semaphore.what())))?;
         self.term().insert((), hold);
         Ok(())
@@ -137,12 +150,20 @@ impl Election {
     /// # Errors
     /// [`Error::NotLocked`] when this election does not lead.
     pub fn resign(&self) -> Result<bool> {
-        let hold = self
-            .term()
+        let hold = self.leave_office()?;
+        self.report_resigned(self.semaphore.release(hold))
+    }
+
+    /// This process's term, taken out of the election.
+    fn leave_office(&self) -> Result<Hold> {
+        self.term()
             .remove(&())
-            .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))?;
+            .ok_or_else(|| Error::NotLocked(self.semaphore.what().to_owned()))
+    }
+
+    fn report_resigned(&self, released: Result<bool>) -> Result<bool> {
         health::warn_if_lost(
-            self.semaphore.release(hold),
+            released,
             || format!("leadership of {}", self.semaphore.what()),
             "resigned",
             "another leader",
@@ -256,11 +277,7 @@ impl Observer {
                     Err(Error::Timeout { .. }) => return Ok(None),
                     now => now?,
                 };
-                self.pending.push_back(Term {
-                    value: now.value.filter(|_| now.held),
-                    fencing_token: now.fence,
-                });
-                self.last_id = Some(now.last_term);
+                self.start_from(now);
                 continue;
             };
             if Instant::now() >= self.next_recheck {
@@ -287,23 +304,41 @@ impl Observer {
         }
     }
 
+    /// Queues the current state, the first thing an observer reports.
+    fn start_from(&mut self, now: HolderState) {
+        self.pending.push_back(Term {
+            value: now.value.filter(|_| now.held),
+            fencing_token: now.fence,
+        });
+        self.last_id = Some(now.last_term);
+    }
+
     /// One blocking XREAD of the terms after `after`, into `pending`.
     fn read(&mut self, caller: &Caller, after: &str, slice: Duration) -> Result<()> {
-        let key = &self.semaphore.keys().terms;
-        let reply: redis::Value =
+        let reply =
             self.semaphore
                 .route()
                 .run_for(caller, "observe", slice + COMMAND_TIMEOUT, |conn| {
-                    redis::cmd("XREAD")
-                        .arg("COUNT")
-                        .arg(100)
-                        .arg("BLOCK")
-                        .arg(slice.as_millis().max(1) as u64)
-                        .arg("STREAMS")
-                        .arg(key)
-                        .arg(after)
-                        .query(conn)
+                    self.read_command(after, slice).query(conn)
                 })?;
+        self.take_entries(reply)
+    }
+
+    /// XREAD of the terms after `after`, blocking up to `slice`.
+    fn read_command(&self, after: &str, slice: Duration) -> redis::Cmd {
+        let mut read = redis::cmd("XREAD");
+        read.arg("COUNT")
+            .arg(100)
+            .arg("BLOCK")
+            .arg(slice.as_millis().max(1) as u64)
+            .arg("STREAMS")
+            .arg(&self.semaphore.keys().terms)
+            .arg(after);
+        read
+    }
+
+    /// Queues the terms of an XREAD `reply`.
+    fn take_entries(&mut self, reply: redis::Value) -> Result<()> {
         for (id, fields) in stream_entries(reply) {
             let field = |name: &str| {
                 fields

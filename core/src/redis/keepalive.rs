@@ -29,9 +29,12 @@ pub(crate) trait Member: Send + Sync {
 
 /// The session's key and the grants its renewal keeps alive.
 pub(crate) struct KeepAlive {
+    id: String,
     /// "session <id>", for messages.
     what: String,
     key: String,
+    /// What the key holds: the creator's pid and the session's behavior.
+    value: String,
     route: Route,
     lease: Lease,
     health: Arc<Health>,
@@ -42,29 +45,54 @@ pub(crate) struct KeepAlive {
 }
 
 impl KeepAlive {
-    /// Creates the key of session `id` in Redis, holding `value`, for the
-    /// lease's TTL. Healthy until then; [`KeepAlive::run`] renews it.
-    pub(crate) fn create(id: &str, route: Route, lease: Lease, value: String) -> Result<KeepAlive> {
-        let key = format!("lockyard:session:{{{id}}}");
-        let sent = Stamp::now();
-        route.run("create session", COMMAND_TIMEOUT, |conn| {
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(&value)
-                .arg("NX")
-                .arg("PX")
-                .arg(lease.ttl_ms())
-                .query::<()>(conn)
-        })?;
-        Ok(KeepAlive {
+    /// The keep-alive of session `id`, holding `value`, before its key is
+    /// created ([`KeepAlive::create`]). Healthy for one TTL from now, the
+    /// earliest its key can be sent.
+    pub(crate) fn new(id: &str, route: Route, lease: Lease, value: String) -> KeepAlive {
+        KeepAlive {
+            id: id.to_owned(),
             what: format!("session {id}"),
-            key,
+            key: format!("lockyard:session:{{{id}}}"),
+            value,
             route,
-            health: Arc::new(Health::new(sent + lease.ttl)),
+            health: Arc::new(Health::new(Stamp::now() + lease.ttl)),
             lease,
             members: Holds::new(),
             next_member: AtomicU64::new(0),
+        }
+    }
+
+    /// Creates the session's key in Redis for the lease's TTL;
+    /// [`KeepAlive::run`] renews it.
+    pub(crate) fn create(&self) -> Result<()> {
+        self.route.run("create session", COMMAND_TIMEOUT, |conn| {
+            self.create_command().query::<()>(conn)
         })
+    }
+
+    /// [`KeepAlive::create`] for an async caller, on its runtime.
+    pub(crate) async fn create_async(&self) -> Result<()> {
+        self.route
+            .for_task(None, "create session", COMMAND_TIMEOUT, true, |mut link| {
+                let create = self.create_command();
+                async move { create.query_async::<()>(&mut link).await }
+            })
+            .await
+    }
+
+    /// SET NX: a resent create finds the key and changes nothing.
+    fn create_command(&self) -> redis::Cmd {
+        let mut set = redis::cmd("SET");
+        set.arg(&self.key)
+            .arg(&self.value)
+            .arg("NX")
+            .arg("PX")
+            .arg(self.lease.ttl_ms());
+        set
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.id
     }
 
     pub(crate) fn lease(&self) -> &Lease {

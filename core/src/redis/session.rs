@@ -108,6 +108,33 @@ impl SessionBuilder {
     /// connect_timeout over 30 days, or a bad URL,
     /// [`Error::Backend`] if Redis cannot be reached.
     pub fn build(self) -> Result<Session> {
+        let keep_alive = self.keep_alive()?;
+        keep_alive.create()?;
+        Ok(self.start(keep_alive))
+    }
+
+    /// The async twin of [`SessionBuilder::build`], on the calling task's
+    /// runtime. Dropped before it completes, it deletes the session's key
+    /// (if its create reached Redis) in the background.
+    ///
+    /// # Errors
+    /// Those of [`SessionBuilder::build`]; [`Error::Config`] when awaited
+    /// outside a tokio runtime.
+    pub async fn build_async(self) -> Result<Session> {
+        let keep_alive = self.keep_alive()?;
+        let mut unfinished = Unfinished(Some(keep_alive));
+        let created = match &unfinished.0 {
+            Some(keep_alive) => keep_alive.create_async().await,
+            None => unreachable!("set just above"),
+        };
+        let keep_alive = unfinished.0.take().expect("taken only here");
+        created?;
+        Ok(self.start(keep_alive))
+    }
+
+    /// Validates the options; the session's keep-alive, before its key
+    /// exists.
+    fn keep_alive(&self) -> Result<KeepAlive> {
         if self.ttl < Duration::from_millis(10) {
             return Err(Error::config(format!(
                 "a session's ttl must be at least 10 ms, got {:?}",
@@ -120,9 +147,14 @@ impl SessionBuilder {
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let id = random_hex(16);
         let value = format!("{} {:?}", std::process::id(), self.behavior);
-        let keep_alive = Arc::new(KeepAlive::create(&id, route, lease, value)?);
+        Ok(KeepAlive::new(&id, route, lease, value))
+    }
+
+    /// The session of `keep_alive`, whose key was created: renewed from now on.
+    fn start(self, keep_alive: KeepAlive) -> Session {
+        let keep_alive = Arc::new(keep_alive);
         let state = Arc::new(SessionState {
-            id,
+            id: keep_alive.id().to_owned(),
             keep_alive: keep_alive.clone(),
             behavior: self.behavior,
             lock_delay: self.lock_delay,
@@ -132,7 +164,23 @@ impl SessionBuilder {
         });
         let renewer = runtime::spawn(keep_alive.run());
         *state.renewer.lock().unwrap_or_else(|e| e.into_inner()) = Some(renewer);
-        Ok(Session { state })
+        Session { state }
+    }
+}
+
+/// A session whose create was sent but not answered when its future was
+/// dropped: its key may be in Redis, and nobody would renew or delete it.
+struct Unfinished(Option<KeepAlive>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(keep_alive) = self.0.take() {
+            runtime::spawn_blocking(move || {
+                if let Err(e) = keep_alive.delete() {
+                    log::warn!("deleting an unfinished session failed: {e}");
+                }
+            });
+        }
     }
 }
 
@@ -146,6 +194,16 @@ impl Session {
             lock_delay: SessionBuilder::DEFAULT_LOCK_DELAY,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
+    }
+
+    /// A session on the Redis server at `url` with the default options,
+    /// created on the calling task's runtime: `Session::builder(url)`'s
+    /// [`SessionBuilder::build_async`].
+    ///
+    /// # Errors
+    /// Those of [`SessionBuilder::build_async`].
+    pub async fn new_async(url: impl Into<String>) -> Result<Session> {
+        Session::builder(url).build_async().await
     }
 
     /// The session's random id, for logs and debugging.
@@ -197,19 +255,48 @@ impl Session {
         self.state.destroy()
     }
 
+    /// The async twin of [`Session::destroy`]: the same steps on the
+    /// runtime's blocking threads, awaited. Dropped before it completes,
+    /// the destroy finishes in the background.
+    ///
+    /// # Errors
+    /// Those of [`Session::destroy`].
+    pub async fn destroy_async(&self) -> Result<()> {
+        let (done, ended) = tokio::sync::oneshot::channel();
+        if !self.end_in_background(|ended| drop(done.send(ended))) {
+            return Ok(());
+        }
+        ended.await.unwrap_or_else(|_| {
+            Err(Error::config(format!(
+                "destroying {} did not finish: lockyard's runtime shut down",
+                self.state.what()
+            )))
+        })
+    }
+
     /// Destroys the session as a drop does, on the runtime's blocking
     /// threads, and returns at once: for a session about to be dropped where
     /// blocking is not allowed (a garbage collector's finalizer). The drop
     /// then finds it destroyed.
     pub fn destroy_in_background(&self) {
-        if self.state.mark_destroyed() {
-            let state = self.state.clone();
-            runtime::spawn_blocking(move || {
-                if let Err(e) = state.end() {
-                    log::warn!("destroying session {} failed: {e}", state.id);
-                }
-            });
+        let id = self.state.id.clone();
+        self.end_in_background(move |ended| {
+            if let Err(e) = ended {
+                log::warn!("destroying session {id} failed: {e}");
+            }
+        });
+    }
+
+    /// Marks the session destroyed and ends it on the runtime's blocking
+    /// threads, handing the outcome to `report`; false (and nothing to
+    /// report) if it was destroyed already.
+    fn end_in_background(&self, report: impl FnOnce(Result<()>) + Send + 'static) -> bool {
+        if !self.state.mark_destroyed() {
+            return false;
         }
+        let state = self.state.clone();
+        runtime::spawn_blocking(move || report(state.end()));
+        true
     }
 
     pub(crate) fn state(&self) -> &Arc<SessionState> {

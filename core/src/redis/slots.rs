@@ -109,6 +109,18 @@ pub(crate) struct HolderState {
     pub(crate) last_term: String,
 }
 
+impl From<(i64, String, u64, String)> for HolderState {
+    /// The holder script's reply: held, value, fence, last term.
+    fn from((held, value, fence, last_term): (i64, String, u64, String)) -> Self {
+        HolderState {
+            held: held == 1,
+            value: (!value.is_empty()).then_some(value),
+            fence,
+            last_term,
+        }
+    }
+}
+
 /// What one refresh found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Renewal {
@@ -334,23 +346,28 @@ impl Slots {
 
     /// Who holds the name now (and the last election term recorded).
     pub(crate) fn holder(&self, caller: &Caller) -> Result<HolderState> {
-        let (held, value, fence, last_term): (i64, String, u64, String) =
+        let reply: (i64, String, u64, String) =
             self.route
                 .run_for(caller, "holder", COMMAND_TIMEOUT, |conn| {
-                    prepare(
-                        &SCRIPTS.holder,
-                        &self.keys,
-                        self.shape.limit(),
-                        conn.fence_base(),
-                    )
-                    .invoke(conn)
+                    self.holder_script(conn.fence_base()).invoke(conn)
                 })?;
-        Ok(HolderState {
-            held: held == 1,
-            value: (!value.is_empty()).then_some(value),
-            fence,
-            last_term,
-        })
+        Ok(HolderState::from(reply))
+    }
+
+    /// [`Slots::holder`] for an async caller who gives up at `give_up_at`.
+    pub(crate) async fn holder_async(&self, give_up_at: Option<Instant>) -> Result<HolderState> {
+        let reply: (i64, String, u64, String) = self
+            .route
+            .for_task(give_up_at, "holder", COMMAND_TIMEOUT, true, |mut link| {
+                let holder = self.holder_script(link.fence_base());
+                async move { holder.invoke_async(&mut link).await }
+            })
+            .await?;
+        Ok(HolderState::from(reply))
+    }
+
+    fn holder_script(&self, fence_base: u64) -> ScriptInvocation<'static> {
+        prepare(&SCRIPTS.holder, &self.keys, self.shape.limit(), fence_base)
     }
 
     /// One refresh of `token`'s lease by the shared TTL, by `refresher`. It

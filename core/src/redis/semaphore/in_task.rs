@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::identity::random_hex;
 use crate::redis::hold::{Hold, TAKER};
 use crate::redis::server::COMMAND_TIMEOUT;
-use crate::redis::slots::{Slots, WAITER_LEASE};
+use crate::redis::slots::{HolderState, Slots, WAITER_LEASE};
 use crate::runtime;
 use crate::wait::Deadline;
 
@@ -92,6 +92,11 @@ impl Semaphore {
     /// [`Semaphore::inspect`] for an async caller, on its runtime.
     pub(crate) async fn inspect_async(&self, token: Option<&str>) -> Result<(u32, bool)> {
         self.slots.inspect_async(token).await
+    }
+
+    /// [`Semaphore::holder`] for an async caller who gives up at `give_up_at`.
+    pub(crate) async fn holder_async(&self, give_up_at: Option<Instant>) -> Result<HolderState> {
+        self.slots.holder_async(give_up_at).await
     }
 
     /// [`Semaphore::adopt`] for an async caller, on its runtime.
