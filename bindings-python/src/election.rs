@@ -223,10 +223,7 @@ impl Observer {
             },
             |_, _| {},
         )?;
-        Ok(next.map(|term| Term {
-            value: term.value,
-            fencing_token: term.fencing_token,
-        }))
+        Ok(next.map(Term::from))
     }
 }
 
@@ -240,6 +237,15 @@ pub(crate) struct Term {
     value: Option<String>,
     #[pyo3(get)]
     fencing_token: u64,
+}
+
+impl From<CoreTerm> for Term {
+    fn from(term: CoreTerm) -> Self {
+        Term {
+            value: term.value,
+            fencing_token: term.fencing_token,
+        }
+    }
 }
 
 #[pymethods]

@@ -4,6 +4,8 @@
 //! walks the names and ends each task's block.
 
 use lockyard::exclusive::SessionLock;
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
@@ -77,7 +79,7 @@ fn claim<L>(
     py: Python<'_>,
     url: &Bound<'_, PyAny>,
     name: &Bound<'_, PyAny>,
-    session: &Unlocked<L::Session>,
+    session: &Unlocked<Arc<L::Session>>,
 ) -> PyResult<Option<Claim>>
 where
     L: SessionLock + Send + Sync + 'static,

@@ -7,6 +7,7 @@
 use pyo3::prelude::*;
 
 mod async_lock;
+mod async_session;
 mod async_wait_group;
 mod asyncio;
 mod block;
@@ -55,6 +56,22 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
             .py()
             .get_type::<async_wait_group::AsyncRedisWaitGroup>(),
     )?;
+    module.add(
+        "AsyncRedisElection",
+        module.py().get_type::<async_session::AsyncRedisElection>(),
+    )?;
+    module.add(
+        "AsyncRedisObserver",
+        module.py().get_type::<async_session::AsyncRedisObserver>(),
+    )?;
+    module.add_function(wrap_pyfunction!(
+        async_session::redis_session_create,
+        module
+    )?)?;
+    module.add_function(wrap_pyfunction!(
+        async_session::redis_session_destroy,
+        module
+    )?)?;
     module.add_function(wrap_pyfunction!(block::end_block, module)?)?;
     module.add(
         "RedisWaitGroup",

@@ -1,6 +1,8 @@
 //! `lockyard.redis.Session` and `lockyard.etcd.Session`: a core session as
 //! a context manager that destroys it on exit.
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
@@ -11,12 +13,44 @@ use crate::unlocked::{self, Unlocked};
 /// The Python face of a core session: the same class for every backend,
 /// which the core's sessions share the names of every option and method.
 macro_rules! session_class {
-    ($(#[$doc:meta])* $class:ident, $core:ty, $module:literal, $repr:literal) => {
+    ($(#[$doc:meta])* $class:ident, $core:ty, $builder:ty, $module:literal, $repr:literal) => {
         $(#[$doc])*
         #[pyclass(frozen, module = $module, name = "Session")]
         pub(crate) struct $class {
-            pub(crate) session: Unlocked<$core>,
+            /// Shared with the futures of ``lockyard.asyncio``'s calls.
+            pub(crate) session: Unlocked<Arc<$core>>,
             id: String,
+        }
+
+        impl $class {
+            /// The options of a session, validated as far as they can be
+            /// without the server (``lockyard.ConfigError``).
+            pub(crate) fn builder(
+                py: Python<'_>,
+                url: &Bound<'_, PyAny>,
+                ttl: Option<&Bound<'_, PyAny>>,
+                behavior: Option<&Bound<'_, PyAny>>,
+                lock_delay: Option<&Bound<'_, PyAny>>,
+                connect_timeout: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<$builder> {
+                let mut builder = <$core>::builder(text("url", url)?);
+                if let Some(ttl) = ttl {
+                    builder = builder.ttl(seconds("ttl", ttl)?);
+                }
+                if let Some(behavior) = behavior {
+                    let behavior = text("behavior", behavior)?
+                        .parse()
+                        .map_err(|e| crate::error::to_py(py, e))?;
+                    builder = builder.behavior(behavior);
+                }
+                if let Some(delay) = lock_delay {
+                    builder = builder.lock_delay(seconds("lock_delay", delay)?);
+                }
+                if let Some(timeout) = connect_timeout {
+                    builder = builder.connect_timeout(seconds("connect_timeout", timeout)?);
+                }
+                Ok(builder)
+            }
         }
 
         #[pymethods]
@@ -36,23 +70,9 @@ macro_rules! session_class {
                 lock_delay: Option<&Bound<'_, PyAny>>,
                 connect_timeout: Option<&Bound<'_, PyAny>>,
             ) -> PyResult<Self> {
-                let mut builder = <$core>::builder(text("url", url)?);
-                if let Some(ttl) = ttl {
-                    builder = builder.ttl(seconds("ttl", ttl)?);
-                }
-                if let Some(behavior) = behavior {
-                    let behavior = text("behavior", behavior)?
-                        .parse()
-                        .map_err(|e| crate::error::to_py(py, e))?;
-                    builder = builder.behavior(behavior);
-                }
-                if let Some(delay) = lock_delay {
-                    builder = builder.lock_delay(seconds("lock_delay", delay)?);
-                }
-                if let Some(timeout) = connect_timeout {
-                    builder = builder.connect_timeout(seconds("connect_timeout", timeout)?);
-                }
-                let session = Unlocked::build(py, || builder.build())?;
+                let builder =
+                    Self::builder(py, url, ttl, behavior, lock_delay, connect_timeout)?;
+                let session = Unlocked::build(py, || builder.build().map(Arc::new))?;
                 let id = session.call(py, |s| Ok(s.id().to_owned()))?;
                 Ok($class { session, id })
             }
@@ -149,6 +169,7 @@ session_class!(
     /// ...     session.check_health()
     RedisSession,
     lockyard::redis::Session,
+    lockyard::redis::SessionBuilder,
     "lockyard.redis",
     "lockyard.redis.Session"
 );
@@ -170,9 +191,22 @@ session_class!(
     /// ...     session.check_health()
     EtcdSession,
     lockyard::etcd::Session,
+    lockyard::etcd::SessionBuilder,
     "lockyard.etcd",
     "lockyard.etcd.Session"
 );
+
+impl RedisSession {
+    /// The Python face of a session created already (by awaiting, in
+    /// ``lockyard.asyncio.redis``).
+    pub(crate) fn of(py: Python<'_>, session: lockyard::redis::Session) -> PyResult<Self> {
+        let id = session.id().to_owned();
+        Ok(RedisSession {
+            session: Unlocked::build(py, || Ok(Arc::new(session)))?,
+            id,
+        })
+    }
+}
 
 /// The value of the current holder of the lock ``name``, or None (see
 /// ``lockyard.redis.holder``).

@@ -1,32 +1,54 @@
-"""asyncio twins of ``lockyard.redis``: ``Lock`` and ``WaitGroup`` on a
-Redis server or Redis Cluster, with coroutines where the sync classes wait
-or ask Redis. Each asyncio Task is a holder.
+"""asyncio twins of ``lockyard.redis``: ``Lock``, ``WaitGroup``,
+``Session``, ``Election`` and ``exclusive`` on a Redis server or Redis
+Cluster, with coroutines where the sync classes wait or ask Redis. Each
+asyncio Task is a holder.
 
 >>> lock = Lock(url, "deploy", ttl=30.0, timeout=10.0)
 >>> async with lock:  # lockyard.TimeoutError after 10 s
 ...     lock.check_health()
 >>> async with WaitGroup(url, "api-quota", limit=3).slot() as slot:
 ...     print(slot.token, slot.fencing_token)
+>>> async with Session(url, ttl=15.0) as session:
+...     async for task in exclusive(url, ["task-1", "task-2"], session=session):
+...         await run(task)
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Generator, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lockyard._errors import ConfigError, Error
 from lockyard._lockyard import (
+    AsyncRedisElection,
     AsyncRedisLock,
+    AsyncRedisObserver,
     AsyncRedisWaitGroup,
     RedisSession,
+    RedisTerm,
     end_block,
+    redis_session_create,
+    redis_session_destroy,
 )
 from lockyard.asyncio._bridge import holder, settle
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["Lock", "Slot", "WaitGroup"]
+Term = RedisTerm
+
+__all__ = [
+    "Election",
+    "Lock",
+    "Observer",
+    "Session",
+    "Slot",
+    "Term",
+    "WaitGroup",
+    "exclusive",
+]
 
 
 class Lock:
@@ -50,13 +72,13 @@ class Lock:
         max_refresh_fails: int | None = None,
         identity_prefix: str | None = None,
         connect_timeout: float | None = None,
-        session: RedisSession | None = None,
+        session: Session | RedisSession | None = None,
         value: str | None = None,
     ) -> None:
         """Validates every option without touching the server: bad values
         raise ``lockyard.ConfigError``. ``timeout`` is the wait of ``async
-        with lock:`` (None: forever). ``session`` is a
-        ``lockyard.redis.Session``.
+        with lock:`` (None: forever). ``session`` is a created ``Session``
+        of this module or a ``lockyard.redis.Session``.
         """
         self._native = AsyncRedisLock(
             url,
@@ -67,7 +89,7 @@ class Lock:
             max_refresh_fails=max_refresh_fails,
             identity_prefix=identity_prefix,
             connect_timeout=connect_timeout,
-            session=session,
+            session=_native_session(session),
             value=value,
         )
 
@@ -93,7 +115,10 @@ class Lock:
     ) -> None:
         """Releases however the block ends, cancellation included; never
         replaces the block's exception (a failed release is noted on it)."""
-        key = holder()
+        await self._leave(holder(), exc)
+
+    async def _leave(self, key: int, exc: BaseException | None) -> None:
+        """Ends the block the holder ``key`` entered."""
         try:
             await settle(lambda inbox, future: self._native.leave(inbox, future, key))
         except Error as failure:
@@ -312,3 +337,257 @@ class Slot:
 
     def check_health(self) -> None:
         self._group.check_health(self.token)
+
+
+class Session:
+    """A lease that locks and elections live under (see
+    ``lockyard.redis.Session``), created and destroyed by awaiting:
+
+    >>> async with Session(url, ttl=15.0, lock_delay=15.0) as session:
+    ...     lock = Lock(url, "task-7", session=session, value="worker-3")
+    >>> session = await Session(url)  # or create it without a block
+    >>> await session.destroy()
+
+    The constructor only checks its arguments' types; the session is
+    created on the server (and bad values raise ``lockyard.ConfigError``)
+    when it is awaited or entered. A session created once stays that one:
+    awaiting it again returns it unchanged.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        ttl: float | None = None,
+        behavior: str | None = None,
+        lock_delay: float | None = None,
+        *,
+        connect_timeout: float | None = None,
+    ) -> None:
+        self._options = (url, ttl, behavior, lock_delay, connect_timeout)
+        self._native: RedisSession | None = None
+        self._creating: asyncio.Future[RedisSession] | None = None
+
+    async def create(self) -> Self:
+        """Creates the session on the server, once; what ``await session``
+        and ``async with session`` do."""
+        if self._native is not None:
+            return self
+        creating = self._creating
+        if creating is None or (
+            creating.done() and (creating.cancelled() or creating.exception())
+        ):
+            # Not started yet, or failed: (again) now.
+            creating = self._creating = asyncio.ensure_future(self._new())
+        # Shielded: one caller's cancellation must not end the create that
+        # other callers await too (a create nobody awaits any more is kept,
+        # for the next await, or destroyed with this object).
+        self._native = await asyncio.shield(creating)
+        return self
+
+    async def _new(self) -> RedisSession:
+        url, ttl, behavior, lock_delay, connect_timeout = self._options
+        native: RedisSession = await settle(
+            lambda inbox, future: redis_session_create(
+                inbox,
+                future,
+                url,
+                ttl,
+                behavior,
+                lock_delay,
+                connect_timeout=connect_timeout,
+            )
+        )
+        return native
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        return self.create().__await__()
+
+    async def __aenter__(self) -> Self:
+        return await self.create()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Destroys the session however the block ends; a failure to do so
+        does not replace the block's exception."""
+        try:
+            await self.destroy()
+        except Error as failure:
+            end_block(exc, failure)
+
+    async def destroy(self) -> None:
+        """Frees every lock held under the session at once (no
+        lock_delay), ends it on the server and stops keeping it alive.
+        Idempotent; nothing to do for a session never created."""
+        if self._native is None:
+            return
+        native = self._native
+        await settle(
+            lambda inbox, future: redis_session_destroy(inbox, future, native)
+        )
+
+    @property
+    def native(self) -> RedisSession:
+        """The created session as a ``lockyard.redis.Session``, for the sync
+        API (``ConfigError`` before it was created)."""
+        if self._native is None:
+            raise ConfigError(
+                "the session is not created yet: `await session` or "
+                "`async with session` first"
+            )
+        return self._native
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the session is created and surely live. Reads a flag."""
+        return self._native is not None and self._native.healthy
+
+    def check_health(self) -> None:
+        """Raises ``lockyard.LockUnhealthyError`` if the session was
+        destroyed or may be lost, ``lockyard.ConfigError`` if it was never
+        created."""
+        self.native.check_health()
+
+    @property
+    def id(self) -> str:
+        return self.native.id
+
+    @property
+    def ttl(self) -> float:
+        return self.native.ttl
+
+    @property
+    def lock_delay(self) -> float:
+        return self.native.lock_delay
+
+    @property
+    def behavior(self) -> str:
+        return self.native.behavior
+
+    def __repr__(self) -> str:
+        if self._native is None:
+            return "<lockyard.asyncio.redis.Session not created>"
+        return f"<lockyard.asyncio.redis.Session id={self.id!r} healthy={self.healthy}>"
+
+
+def _native_session(session: Session | RedisSession | None) -> RedisSession | None:
+    return session.native if isinstance(session, Session) else session
+
+
+class Election:
+    """Leader election under a session (see ``lockyard.redis.Election``),
+    campaigning, resigning and observing by awaiting. Its term is the
+    process's, as in the sync class: one campaign at a time wins it.
+
+    >>> election = Election(url, "scheduler", session=session)
+    >>> if await election.campaign("node-a", timeout=10.0):
+    ...     election.check_health()
+    >>> async for term in election.observe(timeout=60.0):
+    ...     print(term.value, term.fencing_token)
+    """
+
+    def __init__(self, url: str, name: str, session: Session | RedisSession) -> None:
+        self._native = AsyncRedisElection(url, name, _native_session(session))
+
+    @property
+    def name(self) -> str:
+        return self._native.name
+
+    async def campaign(self, value: str, timeout: float | None = None) -> bool:
+        """Waits up to ``timeout`` seconds (None: forever, 0: one attempt)
+        to lead with ``value``. True once leader, False if the timeout ran
+        out. Cancelled, it leaves nothing held or queued."""
+        won: bool = await settle(
+            lambda inbox, future: self._native.campaign(inbox, future, value, timeout),
+            lambda won: won and self._native.resign_in_background(),
+        )
+        return won
+
+    async def resign(self) -> None:
+        """Steps down (``lockyard.NotLockedError`` if not leading); the
+        next campaigner takes over at once."""
+        await settle(self._native.resign)
+
+    async def leader(self) -> str | None:
+        """The current leader's value, or None when nobody leads."""
+        value: str | None = await settle(self._native.leader)
+        return value
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this election leads and its session is surely live."""
+        return self._native.is_leader()
+
+    def check_health(self) -> None:
+        """``lockyard.NotLockedError`` if not leading,
+        ``lockyard.LockUnhealthyError`` if leadership may be lost."""
+        self._native.check_health()
+
+    @property
+    def fencing_token(self) -> int | None:
+        return self._native.fencing_token()
+
+    @property
+    def term(self) -> int | None:
+        """Same as ``fencing_token``."""
+        return self.fencing_token
+
+    def observe(self, timeout: float | None = None) -> Observer:
+        """An async iterator of ``Term``s: first the current state, then
+        every change of leadership in order. It ends after ``timeout``
+        seconds without a change (None: never)."""
+        return Observer(self._native.observe(timeout))
+
+    def __repr__(self) -> str:
+        token = self.fencing_token
+        leading = f" leading term={token}" if token is not None else ""
+        return f"<lockyard.asyncio.redis.Election name={self.name!r}{leading}>"
+
+
+class Observer:
+    """The changes of leadership of one election, in order, for ``async
+    for``. Cancelled while it waits, it loses no change."""
+
+    def __init__(self, native: AsyncRedisObserver) -> None:
+        self._native = native
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Term:
+        term: Term | None = await settle(self._native.next)
+        if term is None:
+            raise StopAsyncIteration
+        return term
+
+
+async def exclusive(
+    url: str, names: Iterable[str], *, session: Session | RedisSession
+) -> AsyncIterator[str]:
+    """Yields only the names whose lock this worker won under ``session``,
+    trying each once and skipping taken ones without waiting (see
+    ``lockyard.redis.exclusive``). Each lock is held by the iterating task
+    while the loop body runs and released when the loop moves on. A loop
+    that breaks or raises leaves the generator to be closed, which
+    releases the last lock: soon after, by the event loop, or at once when
+    the loop runs inside ``contextlib.aclosing``.
+
+    >>> async for task in exclusive(url, tasks, session=session):
+    ...     session.check_health()  # before each step that must not run twice
+    """
+    native = _native_session(session)
+    for name in names:
+        lock = Lock(url, name, session=native)
+        # The winner: the generator may be closed from another task.
+        key = holder()
+        if not await lock.try_acquire():
+            continue
+        try:
+            yield name
+        except BaseException as raised:
+            await lock._leave(key, raised)
+            raise
+        await lock._leave(key, None)
