@@ -200,29 +200,44 @@ pub(crate) struct AsyncRedisObserver {
 #[pymethods]
 impl AsyncRedisObserver {
     /// The next change as a ``lockyard.redis.Term``; None once the
-    /// observer's timeout passed without one.
+    /// observer's timeout passed without one. A change read for a task
+    /// cancelled meanwhile is handed back to the observer, not lost.
     fn next(&self, inbox: &Bound<'_, Completions>, future: &Bound<'_, PyAny>) -> Pending {
         let (observer, deadline) = (self.observer.clone(), Deadline::after(self.timeout));
         settle(
             inbox,
             future,
             async move {
+                // Held until the change is delivered or handed back, so a
+                // second reader cannot read past it meanwhile.
                 let mut observer = match deadline.at() {
-                    None => observer.lock().await,
-                    Some(at) => match tokio::time::timeout_at(at.into(), observer.lock()).await {
-                        Ok(observer) => observer,
-                        Err(_) => return Ok(None),
-                    },
+                    None => observer.lock_owned().await,
+                    Some(at) => {
+                        match tokio::time::timeout_at(at.into(), observer.lock_owned()).await {
+                            Ok(observer) => observer,
+                            Err(_) => return Ok((None, None)),
+                        }
+                    }
                 };
-                observer.next_change_async(deadline).await
+                let term = observer.next_change_async(deadline).await?;
+                Ok((term, Some(observer)))
             },
             term,
-            drop,
+            |(term, observer)| {
+                if let (Some(term), Some(mut observer)) = (term, observer) {
+                    observer.unread(term);
+                }
+            },
         )
     }
 }
 
-fn term(py: Python<'_>, term: Option<lockyard::redis::Term>) -> PyResult<Py<PyAny>> {
+type Read = (
+    Option<lockyard::redis::Term>,
+    Option<tokio::sync::OwnedMutexGuard<Observer>>,
+);
+
+fn term(py: Python<'_>, (term, _observer): Read) -> PyResult<Py<PyAny>> {
     match term {
         Some(term) => Ok(Py::new(py, Term::from(term))?.into_any()),
         None => Ok(py.None()),

@@ -256,3 +256,24 @@ def test_breaking_out_of_exclusive_releases_the_task(redis: Redis) -> None:
                 await asyncio.sleep(0.01)
 
     asyncio.run(main())
+
+
+def test_a_create_ended_by_destroy_is_a_config_error_for_its_awaiter(
+    redis: Redis,
+) -> None:
+    async def main() -> None:
+        session = Session(redis.url, ttl=60.0)
+        creating = asyncio.ensure_future(session.create())
+        await asyncio.sleep(0)
+        await session.destroy()
+        # Not a CancelledError, as if the awaiting task had been cancelled:
+        # a ConfigError, or (had the create won the race) the session,
+        # destroyed.
+        with contextlib.suppress(lockyard.ConfigError):
+            await creating
+        with pytest.raises(lockyard.ConfigError, match="destroyed"):
+            await session
+        assert not session.healthy
+
+    asyncio.run(main())
+    eventually("no session key left", lambda: session_keys(redis) == [])

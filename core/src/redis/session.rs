@@ -18,8 +18,8 @@
 //! same.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
@@ -34,6 +34,10 @@ use crate::limits;
 use crate::runtime;
 
 pub use crate::behavior::Behavior;
+
+/// The longest a destroy waits for another one under way: that one frees
+/// each lock and deletes the key, each within the command timeout.
+const ENDING_WAIT: Duration = Duration::from_secs(30);
 
 /// A lease that locks and elections live under; see the module docs.
 ///
@@ -161,6 +165,8 @@ impl SessionBuilder {
             destroyed: AtomicBool::new(false),
             pid: std::process::id(),
             renewer: Mutex::new(None),
+            ending: Mutex::new(None),
+            ended: Condvar::new(),
         });
         let renewer = runtime::spawn(keep_alive.run());
         *state.renewer.lock().unwrap_or_else(|e| e.into_inner()) = Some(renewer);
@@ -241,7 +247,8 @@ impl Session {
 
     /// Frees every lock held under the session at once (no lock_delay),
     /// deletes the session from Redis and stops renewing it. Locks under it
-    /// report unhealthy afterwards; calling it again does nothing.
+    /// report unhealthy afterwards. Calling it again does nothing, once the
+    /// first call has ended (a call made meanwhile waits for it).
     ///
     /// In a process forked from the one that created the session, it ends
     /// the session only for this process: it frees the locks this process
@@ -263,9 +270,7 @@ impl Session {
     /// Those of [`Session::destroy`].
     pub async fn destroy_async(&self) -> Result<()> {
         let (done, ended) = tokio::sync::oneshot::channel();
-        if !self.end_in_background(|ended| drop(done.send(ended))) {
-            return Ok(());
-        }
+        self.end_in_background(|ended| drop(done.send(ended)));
         ended.await.unwrap_or_else(|_| {
             Err(Error::config(format!(
                 "destroying {} did not finish: lockyard's runtime shut down",
@@ -287,16 +292,20 @@ impl Session {
         });
     }
 
-    /// Marks the session destroyed and ends it on the runtime's blocking
-    /// threads, handing the outcome to `report`; false (and nothing to
-    /// report) if it was destroyed already.
-    fn end_in_background(&self, report: impl FnOnce(Result<()>) + Send + 'static) -> bool {
-        if !self.state.mark_destroyed() {
-            return false;
-        }
+    /// Marks the session destroyed now and ends it on the runtime's
+    /// blocking threads, as [`Session::destroy`] does, handing the outcome
+    /// to `report`.
+    fn end_in_background(&self, report: impl FnOnce(Result<()>) + Send + 'static) {
+        let first = self.state.mark_destroyed();
         let state = self.state.clone();
-        runtime::spawn_blocking(move || report(state.end()));
-        true
+        runtime::spawn_blocking(move || {
+            report(if first {
+                state.finish_destroy()
+            } else {
+                state.wait_ended();
+                Ok(())
+            });
+        });
     }
 
     pub(crate) fn state(&self) -> &Arc<SessionState> {
@@ -321,6 +330,9 @@ pub(crate) struct SessionState {
     destroyed: AtomicBool,
     pid: u32,
     renewer: Mutex<Option<JoinHandle<()>>>,
+    /// The pid of the process ending the session, until it has.
+    ending: Mutex<Option<u32>>,
+    ended: Condvar,
 }
 
 impl SessionState {
@@ -365,18 +377,54 @@ impl SessionState {
         }
     }
 
+    /// Destroys the session once: a later call waits until the first one
+    /// (of this process) has ended it, then does nothing.
     fn destroy(&self) -> Result<()> {
         if !self.mark_destroyed() {
+            self.wait_ended();
             return Ok(());
         }
-        self.end()
+        self.finish_destroy()
     }
 
-    /// Marks the session destroyed, and so unhealthy; false if it was already.
+    /// Ends the session [`SessionState::mark_destroyed`] marked, and wakes
+    /// the destroys waiting for that.
+    fn finish_destroy(&self) -> Result<()> {
+        let ended = self.end();
+        *self.ending.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.ended.notify_all();
+        ended
+    }
+
+    /// Marks the session destroyed, and so unhealthy, and this process as
+    /// the one ending it; false if it was already.
     fn mark_destroyed(&self) -> bool {
+        let mut ending = self.ending.lock().unwrap_or_else(|e| e.into_inner());
         let first = !self.destroyed.swap(true, Ordering::AcqRel);
+        if first {
+            *ending = Some(std::process::id());
+        }
         self.health().mark_lost("the session was destroyed");
         first
+    }
+
+    /// Waits until the destroy under way in this process ended (a process
+    /// forked meanwhile has nobody ending it: it does not wait), at most
+    /// [`ENDING_WAIT`].
+    fn wait_ended(&self) {
+        let give_up_at = Instant::now() + ENDING_WAIT;
+        let mut ending = self.ending.lock().unwrap_or_else(|e| e.into_inner());
+        while *ending == Some(std::process::id()) {
+            let left = give_up_at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            ending = self
+                .ended
+                .wait_timeout(ending, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     /// What destroying does once the session is marked destroyed.

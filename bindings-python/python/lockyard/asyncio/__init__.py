@@ -11,4 +11,8 @@ held or queued.
 
 Sync and async holders of one name exclude each other and queue in one
 line, in arrival order.
+
+``lockyard.asyncio.redis`` has the Redis ``Lock``, ``WaitGroup``,
+``Session``, ``Election`` and ``exclusive``; ``lockyard.asyncio.gcs`` the
+GCS ``Lock``.
 """

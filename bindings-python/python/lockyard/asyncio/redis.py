@@ -366,10 +366,13 @@ class Session:
         self._options = (url, ttl, behavior, lock_delay, connect_timeout)
         self._native: RedisSession | None = None
         self._creating: asyncio.Future[RedisSession] | None = None
+        self._destroyed = False
 
     async def create(self) -> Self:
         """Creates the session on the server, once; what ``await session``
         and ``async with session`` do."""
+        if self._destroyed:
+            raise ConfigError("the session was destroyed; make a new one")
         if self._native is not None:
             return self
         creating = self._creating
@@ -381,7 +384,15 @@ class Session:
         # Shielded: one caller's cancellation must not end the create that
         # other callers await too (a create nobody awaits any more is kept,
         # for the next await, or destroyed with this object).
-        self._native = await asyncio.shield(creating)
+        try:
+            self._native = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            if creating.cancelled() and self._destroyed:
+                # Not this task's cancellation: destroy() ended the create.
+                raise ConfigError(
+                    "the session was destroyed while being created"
+                ) from None
+            raise
         return self
 
     async def _new(self) -> RedisSession:
@@ -421,7 +432,15 @@ class Session:
     async def destroy(self) -> None:
         """Frees every lock held under the session at once (no
         lock_delay), ends it on the server and stops keeping it alive.
-        Idempotent; nothing to do for a session never created."""
+        Idempotent. A create still under way (awaited by a task cancelled
+        since, or by another task) gives up, or is destroyed once done."""
+        self._destroyed = True
+        creating = self._creating
+        if self._native is None and creating is not None:
+            creating.cancel()
+            await asyncio.wait([creating])
+            if not creating.cancelled() and creating.exception() is None:
+                self._native = creating.result()
         if self._native is None:
             return
         native = self._native

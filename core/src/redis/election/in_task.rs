@@ -48,6 +48,13 @@ impl Election {
 }
 
 impl Observer {
+    /// Hands back `term`, returned by the last call but never delivered
+    /// (its reader was cancelled as it came): the next call returns it
+    /// again, before any later change.
+    pub fn unread(&mut self, term: Term) {
+        self.pending.push_front(term);
+    }
+
     /// The async twin of [`Observer::next_change`]: waits until `deadline`
     /// on the calling task's runtime for the next change (the first call:
     /// the current state). Ok(None) when the deadline passed first. Dropped
