@@ -314,9 +314,14 @@ impl Session {
 }
 
 impl Drop for Session {
-    /// A dropped session is destroyed (in a forked child: only for it).
+    /// A dropped session is destroyed (in a forked child: only for it),
+    /// unless a destroy is under way already: a drop never waits for one
+    /// (after [`Session::destroy_in_background`], it must return at once).
     fn drop(&mut self) {
-        if let Err(e) = self.state.destroy() {
+        if !self.state.mark_destroyed() {
+            return;
+        }
+        if let Err(e) = self.state.finish_destroy() {
             log::warn!("destroying session {} on drop failed: {e}", self.state.id);
         }
     }
