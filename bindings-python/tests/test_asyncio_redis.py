@@ -6,6 +6,7 @@ processes) share one line."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -358,3 +359,34 @@ def test_sync_and_async_processes_share_one_line_in_arrival_order(
     assert got == ["sync"]
     assert async_child.wait(timeout=5) == 0
     assert_only_the_fence_is_left(redis, name)
+
+
+def test_a_task_cancelled_as_its_release_begins_still_releases(
+    redis: Redis, name: str
+) -> None:
+    """The cancellation can reach the release before its core future ran
+    at all: the release must still happen (found by the GCS lock's tests;
+    without it the task's hold stayed, refreshed, until the lock object
+    was dropped)."""
+
+    async def main() -> None:
+        lock = Lock(redis.url, name)
+        for _ in range(50):
+            acquired = asyncio.Event()
+
+            async def take_and_give_back(acquired: asyncio.Event) -> None:
+                assert await lock.acquire()
+                acquired.set()
+                await lock.release()
+
+            task = asyncio.ensure_future(take_and_give_back(acquired))
+            await acquired.wait()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            deadline = time.monotonic() + 2.0
+            while await lock.locked():
+                assert time.monotonic() < deadline, "the cancelled release kept it"
+                await asyncio.sleep(0.005)
+
+    asyncio.run(main())

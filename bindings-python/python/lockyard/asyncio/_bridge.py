@@ -56,11 +56,18 @@ def _inbox(loop: asyncio.AbstractEventLoop) -> Completions:
         return inbox
 
 
-async def settle(start: Start, undo: Callable[[Any], None] | None = None) -> Any:
+async def settle(
+    start: Start,
+    undo: Callable[[Any], None] | None = None,
+    *,
+    runs_to_end: bool = False,
+) -> Any:
     """Starts a core future with ``start(inbox, future)`` and awaits its
     outcome. Cancelled meanwhile, the core future is dropped (and gives up
-    whatever it waited for); an outcome that arrived but was never seen by
-    this task (cancelled just after) is given back with ``undo``.
+    whatever it waited for) — unless it ``runs_to_end`` (a release, which
+    must happen even if its task was cancelled before it even began); an
+    outcome that arrived but was never seen by this task (cancelled just
+    after) is given back with ``undo``.
     """
     loop = asyncio.get_running_loop()
     future = loop.create_future()
@@ -72,7 +79,8 @@ async def settle(start: Start, undo: Callable[[Any], None] | None = None) -> Any
             if undo is not None:
                 undo(future.result())
         else:
-            pending.cancel()
+            if not runs_to_end:
+                pending.cancel()
             # A coroutine finalized after its loop closed cannot schedule
             # the future's callbacks; the inbox gives its outcome back.
             if not loop.is_closed():

@@ -113,14 +113,18 @@ class Lock:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        """Releases however the block ends, cancellation included; never
-        replaces the block's exception (a failed release is noted on it)."""
+        """Releases however the block ends, cancellation included (even
+        one that comes as the release begins); never replaces the block's
+        exception (a failed release is noted on it)."""
         await self._leave(holder(), exc)
 
     async def _leave(self, key: int, exc: BaseException | None) -> None:
         """Ends the block the holder ``key`` entered."""
         try:
-            await settle(lambda inbox, future: self._native.leave(inbox, future, key))
+            await settle(
+                lambda inbox, future: self._native.leave(inbox, future, key),
+                runs_to_end=True,
+            )
         except Error as failure:
             end_block(exc, failure)
 
@@ -148,7 +152,10 @@ class Lock:
         If the lock had been lost meanwhile, logs a warning on the
         ``lockyard`` logger."""
         key = holder()
-        await settle(lambda inbox, future: self._native.release(inbox, future, key))
+        await settle(
+            lambda inbox, future: self._native.release(inbox, future, key),
+            runs_to_end=True,
+        )
 
     async def locked(self) -> bool:
         """Asks Redis whether anyone holds the lock."""
@@ -237,7 +244,8 @@ class WaitGroup:
         """Frees the slot of ``token``, from whichever process took it. False
         if it had expired or been freed already."""
         freed: bool = await settle(
-            lambda inbox, future: self._native.done(inbox, future, token)
+            lambda inbox, future: self._native.done(inbox, future, token),
+            runs_to_end=True,
         )
         return freed
 
@@ -317,7 +325,10 @@ class Slot:
         token, self._token = self.token, None
         native = self._group._native
         try:
-            await settle(lambda inbox, future: native.leave(inbox, future, token))
+            await settle(
+                lambda inbox, future: native.leave(inbox, future, token),
+                runs_to_end=True,
+            )
         except Error as failure:
             end_block(exc, failure)
 
@@ -445,7 +456,8 @@ class Session:
             return
         native = self._native
         await settle(
-            lambda inbox, future: redis_session_destroy(inbox, future, native)
+            lambda inbox, future: redis_session_destroy(inbox, future, native),
+            runs_to_end=True,
         )
 
     @property
@@ -528,7 +540,7 @@ class Election:
     async def resign(self) -> None:
         """Steps down (``lockyard.NotLockedError`` if not leading); the
         next campaigner takes over at once."""
-        await settle(self._native.resign)
+        await settle(self._native.resign, runs_to_end=True)
 
     async def leader(self) -> str | None:
         """The current leader's value, or None when nobody leads."""
