@@ -66,71 +66,24 @@ impl GcsLock {
         timeout: Option<&Bound<'_, PyAny>>,
         logger: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let thread_safe = match thread_safe {
-            None => true,
-            Some(value) => value
-                .cast::<PyBool>()
-                .map(|b| b.is_true())
-                .map_err(|_| error::config(py, "thread_safe must be a bool".into()))?,
-        };
-        let mut builder =
-            lockyard::gcs::Lock::builder(text("bucket_name", bucket_name)?, text("path", path)?)
-                .thread_safe(thread_safe)
-                .timeout(optional_seconds("timeout", timeout)?);
-
-        if let Some(prefix) = given(instance_identity_prefix) {
-            builder = builder.instance_identity_prefix(text("instance_identity_prefix", &prefix)?);
-        }
-        if let Some(ttl) = given(ttl) {
-            builder = builder.ttl(seconds("ttl", &ttl)?);
-        }
-        if let Some(every) = optional_seconds("refresh_interval", refresh_interval)? {
-            builder = builder.refresh_interval(every);
-        }
-        if let Some(fails) = given(max_refresh_fails) {
-            builder = builder.max_refresh_fails(count("max_refresh_fails", &fails)?);
-        }
-        if let Some(wait) = given(backoff_min) {
-            builder = builder.backoff_min(seconds("backoff_min", &wait)?);
-        }
-        if let Some(wait) = given(backoff_max) {
-            builder = builder.backoff_max(seconds("backoff_max", &wait)?);
-        }
-        if let Some(factor) = given(backoff_multiplier) {
-            let factor = (!factor.is_instance_of::<PyBool>())
-                .then(|| factor.extract::<f64>().ok())
-                .flatten()
-                .ok_or_else(|| error::config(py, "backoff_multiplier must be a number".into()))?;
-            builder = builder.backoff_multiplier(factor);
-        }
-        if let Some(acl) = given(object_acl) {
-            builder = builder.object_acl(text("object_acl", &acl)?);
-        }
-        for (key, value) in options("cloud_storage_options", cloud_storage_options)? {
-            builder = match key.as_str() {
-                "credentials" | "keyfile" if value.is_instance_of::<PyDict>() => {
-                    let json = py.import("json")?.call_method1("dumps", (value,))?;
-                    builder.credentials_json(json.extract::<String>()?)
-                }
-                "credentials" | "keyfile" => builder.credentials_file(text(&key, &value)?),
-                "emulator_host" => builder.emulator_host(text(&key, &value)?),
-                "endpoint" => builder.endpoint(text(&key, &value)?),
-                "timeout" => builder.request_timeout(seconds(&key, &value)?),
-                // Objects need no project; the bucket names it.
-                "project_id" | "project" => builder,
-                other => return Err(unsupported(py, "cloud_storage_options", other)),
-            };
-        }
-        for (key, value) in options("cloud_storage_bucket_options", cloud_storage_bucket_options)? {
-            builder = match key.as_str() {
-                "user_project" => builder.user_project(text(&key, &value)?),
-                "skip_lookup" => builder,
-                other => return Err(unsupported(py, "cloud_storage_bucket_options", other)),
-            };
-        }
-        if let Some(logger) = given(logger) {
-            builder = builder.log_sink(log_sink(&logger)?);
-        }
+        let builder = gcs_lock_builder(
+            py,
+            bucket_name,
+            path,
+            [instance_identity_prefix, thread_safe, ttl, refresh_interval],
+            [
+                max_refresh_fails,
+                backoff_min,
+                backoff_max,
+                backoff_multiplier,
+            ],
+            [
+                object_acl,
+                cloud_storage_options,
+                cloud_storage_bucket_options,
+            ],
+            [timeout, logger],
+        )?;
         Ok(GcsLock {
             lock: Unlocked::build(py, || builder.build())?,
         })
@@ -313,6 +266,87 @@ impl GcsLock {
 }
 
 /// The items of an options dict (None: none).
+/// The options of ``lockyard.gcs.Lock`` (and its asyncio twin), validated
+/// without sending a request, in the order of the constructor's signature.
+pub(crate) fn gcs_lock_builder(
+    py: Python<'_>,
+    bucket_name: &Bound<'_, PyAny>,
+    path: &Bound<'_, PyAny>,
+    [instance_identity_prefix, thread_safe, ttl, refresh_interval]: [Option<&Bound<'_, PyAny>>; 4],
+    [max_refresh_fails, backoff_min, backoff_max, backoff_multiplier]: [Option<&Bound<'_, PyAny>>;
+        4],
+    [object_acl, cloud_storage_options, cloud_storage_bucket_options]: [Option<&Bound<'_, PyAny>>;
+        3],
+    [timeout, logger]: [Option<&Bound<'_, PyAny>>; 2],
+) -> PyResult<lockyard::gcs::LockBuilder> {
+    let thread_safe = match thread_safe {
+        None => true,
+        Some(value) => value
+            .cast::<PyBool>()
+            .map(|b| b.is_true())
+            .map_err(|_| error::config(py, "thread_safe must be a bool".into()))?,
+    };
+    let mut builder =
+        lockyard::gcs::Lock::builder(text("bucket_name", bucket_name)?, text("path", path)?)
+            .thread_safe(thread_safe)
+            .timeout(optional_seconds("timeout", timeout)?);
+
+    if let Some(prefix) = given(instance_identity_prefix) {
+        builder = builder.instance_identity_prefix(text("instance_identity_prefix", &prefix)?);
+    }
+    if let Some(ttl) = given(ttl) {
+        builder = builder.ttl(seconds("ttl", &ttl)?);
+    }
+    if let Some(every) = optional_seconds("refresh_interval", refresh_interval)? {
+        builder = builder.refresh_interval(every);
+    }
+    if let Some(fails) = given(max_refresh_fails) {
+        builder = builder.max_refresh_fails(count("max_refresh_fails", &fails)?);
+    }
+    if let Some(wait) = given(backoff_min) {
+        builder = builder.backoff_min(seconds("backoff_min", &wait)?);
+    }
+    if let Some(wait) = given(backoff_max) {
+        builder = builder.backoff_max(seconds("backoff_max", &wait)?);
+    }
+    if let Some(factor) = given(backoff_multiplier) {
+        let factor = (!factor.is_instance_of::<PyBool>())
+            .then(|| factor.extract::<f64>().ok())
+            .flatten()
+            .ok_or_else(|| error::config(py, "backoff_multiplier must be a number".into()))?;
+        builder = builder.backoff_multiplier(factor);
+    }
+    if let Some(acl) = given(object_acl) {
+        builder = builder.object_acl(text("object_acl", &acl)?);
+    }
+    for (key, value) in options("cloud_storage_options", cloud_storage_options)? {
+        builder = match key.as_str() {
+            "credentials" | "keyfile" if value.is_instance_of::<PyDict>() => {
+                let json = py.import("json")?.call_method1("dumps", (value,))?;
+                builder.credentials_json(json.extract::<String>()?)
+            }
+            "credentials" | "keyfile" => builder.credentials_file(text(&key, &value)?),
+            "emulator_host" => builder.emulator_host(text(&key, &value)?),
+            "endpoint" => builder.endpoint(text(&key, &value)?),
+            "timeout" => builder.request_timeout(seconds(&key, &value)?),
+            // Objects need no project; the bucket names it.
+            "project_id" | "project" => builder,
+            other => return Err(unsupported(py, "cloud_storage_options", other)),
+        };
+    }
+    for (key, value) in options("cloud_storage_bucket_options", cloud_storage_bucket_options)? {
+        builder = match key.as_str() {
+            "user_project" => builder.user_project(text(&key, &value)?),
+            "skip_lookup" => builder,
+            other => return Err(unsupported(py, "cloud_storage_bucket_options", other)),
+        };
+    }
+    if let Some(logger) = given(logger) {
+        builder = builder.log_sink(log_sink(&logger)?);
+    }
+    Ok(builder)
+}
+
 fn options<'py>(
     what: &str,
     value: Option<&Bound<'py, PyAny>>,

@@ -46,10 +46,9 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.py().get_type::<asyncio::Completions>(),
     )?;
     module.add("Pending", module.py().get_type::<asyncio::Pending>())?;
-    module.add(
-        "AsyncRedisLock",
-        module.py().get_type::<async_lock::AsyncRedisLock>(),
-    )?;
+    module.add("AsyncLock", module.py().get_type::<async_lock::AsyncLock>())?;
+    module.add_function(wrap_pyfunction!(async_lock::async_redis_lock, module)?)?;
+    module.add_function(wrap_pyfunction!(async_lock::async_gcs_lock, module)?)?;
     module.add(
         "AsyncRedisWaitGroup",
         module

@@ -69,7 +69,7 @@ impl<'a, L: ThreadLock> Guard<'a, L> {
     }
 
     /// The guard of an async task's hold, `holder` being its number.
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", feature = "gcs"))]
     pub(crate) fn for_task(lock: &'a L, holder: u64) -> Self {
         Guard {
             lock,
@@ -111,7 +111,7 @@ impl<'a, L: ThreadLock> Guard<'a, L> {
 
     /// Marks the guard released and returns its holder, for a release done
     /// elsewhere (an async one).
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", feature = "gcs"))]
     pub(crate) fn disarm(mut self) -> (&'a L, u64) {
         self.released = true;
         (self.lock, self.holder)

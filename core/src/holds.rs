@@ -258,7 +258,7 @@ impl<V: Held + Send + 'static> PerHolder<V> {
     /// [`PerHolder::acquire`] for an async holder: `take` is awaited. A
     /// hold that comes back when `holder` already has one (two acquires
     /// of one task run side by side) is given back.
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", feature = "gcs"))]
     pub(crate) async fn acquire_async(
         &self,
         holder: u64,
@@ -309,7 +309,7 @@ impl<V: Held + Send + 'static> PerHolder<V> {
 
     /// Reports a release like [`PerHolder::release`] does (a lost hold is
     /// logged).
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", feature = "gcs"))]
     pub(crate) fn released(&self, released: Result<bool>) -> Result<bool> {
         self.table.warn_if_lost(released)
     }

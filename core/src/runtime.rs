@@ -207,8 +207,15 @@ pub(crate) fn spawn_blocking(work: impl FnOnce() + Send + 'static) {
     let running = Background::started();
     drop(handle().spawn_blocking(move || {
         let _running = running;
+        ON_BLOCKING_THREAD.with(|on| on.set(true));
         work()
     }));
+}
+
+thread_local! {
+    /// Set on the runtime's own blocking threads, which may block on it
+    /// (see [`block_on`]).
+    static ON_BLOCKING_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// How long an exiting process waits for its background work: as long as
@@ -306,7 +313,7 @@ pub(crate) fn alive_tasks() -> usize {
 }
 
 /// How a wait run by [`block_on_interruptibly`] ended.
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "gcs", feature = "etcd"))]
 pub(crate) enum Ended<T> {
     Done(T),
     TimedOut,
@@ -317,7 +324,7 @@ pub(crate) enum Ended<T> {
 /// or `interrupted` answers true, asking it between slices of at most
 /// 50 ms. A future given up is dropped there: it must leave its cleanup to
 /// its caller.
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "gcs", feature = "etcd"))]
 pub(crate) fn block_on_interruptibly<F>(
     future: F,
     until: Option<Instant>,
@@ -361,7 +368,9 @@ where
     F: Future + Send,
     F::Output: Send,
 {
-    if tokio::runtime::Handle::try_current().is_err() {
+    // The runtime's blocking threads are inside its context, and may
+    // block on it as any other thread.
+    if tokio::runtime::Handle::try_current().is_err() || ON_BLOCKING_THREAD.with(|on| on.get()) {
         return handle().block_on(future);
     }
     std::thread::scope(|scope| {

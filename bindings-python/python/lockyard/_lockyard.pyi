@@ -15,7 +15,9 @@ from typing import Any
 from typing_extensions import Self, final
 
 __all__ = [
-    "AsyncRedisLock",
+    "AsyncLock",
+    "AsyncRedisElection",
+    "AsyncRedisObserver",
     "AsyncRedisWaitGroup",
     "Completions",
     "EtcdElection",
@@ -33,11 +35,15 @@ __all__ = [
     "RedisTerm",
     "RedisWaitGroup",
     "__version__",
+    "async_gcs_lock",
+    "async_redis_lock",
     "end_block",
     "etcd_claim",
     "etcd_holder",
     "redis_claim",
     "redis_holder",
+    "redis_session_create",
+    "redis_session_destroy",
     "run_command",
 ]
 
@@ -492,22 +498,41 @@ class Pending:
 
     def cancel(self) -> None: ...
 
+def async_redis_lock(
+    url: str,
+    name: str,
+    ttl: float | None = None,
+    timeout: float | None = None,
+    *,
+    refresh_interval: float | None = None,
+    max_refresh_fails: int | None = None,
+    identity_prefix: str | None = None,
+    connect_timeout: float | None = None,
+    session: RedisSession | None = None,
+    value: str | None = None,
+) -> AsyncLock: ...
+def async_gcs_lock(
+    bucket_name: str,
+    path: str,
+    *,
+    instance_identity_prefix: str | None = None,
+    thread_safe: bool | None = None,
+    ttl: float | None = None,
+    refresh_interval: float | None = None,
+    max_refresh_fails: int | None = None,
+    backoff_min: float | None = None,
+    backoff_max: float | None = None,
+    backoff_multiplier: float | None = None,
+    object_acl: str | None = None,
+    cloud_storage_options: dict[str, Any] | None = None,
+    cloud_storage_bucket_options: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    logger: Any | None = None,
+) -> AsyncLock: ...
 @final
-class AsyncRedisLock:
-    def __new__(
-        cls,
-        url: str,
-        name: str,
-        ttl: float | None = None,
-        timeout: float | None = None,
-        *,
-        refresh_interval: float | None = None,
-        max_refresh_fails: int | None = None,
-        identity_prefix: str | None = None,
-        connect_timeout: float | None = None,
-        session: RedisSession | None = None,
-        value: str | None = None,
-    ) -> Self: ...
+class AsyncLock:
+    """The native half of ``lockyard.asyncio``'s locks, of every backend."""
+
     @property
     def name(self) -> str: ...
     def enter(self, inbox: Completions, future: Any, key: int) -> Pending: ...

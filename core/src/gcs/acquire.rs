@@ -4,15 +4,17 @@
 //! with reads only). An acquire that gives up removes any object its own
 //! create may have left.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::backoff::Steps;
 use super::engine::{write_if_ours, Engine, Hold};
 use super::requests::{sleep_interruptibly, SHORTEST_RETRY};
 use super::store::{Reply, StoreError, Version};
 use super::writer::Writer;
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
+use crate::runtime::{self, Ended};
 use crate::wait::{Deadline, Interrupt};
 
 /// How long an acquire that gives up keeps trying to remove an object its
@@ -28,16 +30,43 @@ enum Look {
     Held(Duration),
 }
 
-/// One caller's acquisition: who, until when, and what it may have left.
-struct Attempt<'a> {
+/// One caller's acquisition: who, until when, what it may have left, and
+/// where its wait is.
+pub(crate) struct Attempt {
     /// Writes the objects of this attempt, and of the hold it becomes.
     writer: Writer,
+    /// When the wait ends (None: never).
+    give_up_at: Option<Instant>,
     /// When transient failures stop being retried (None: never).
     retry_until: Option<Instant>,
-    interrupted: &'a dyn Fn() -> bool,
     /// A create was sent and no read since has shown what became of it:
     /// an object of ours may be on the server with nobody refreshing it.
     create_in_doubt: bool,
+    steps: Steps,
+    /// Creates retried at once since the last pause.
+    immediate: u32,
+    /// The last look found no object (or this is the first step).
+    may_create: bool,
+}
+
+impl Attempt {
+    /// Whether a create of this attempt may have landed unseen.
+    pub(crate) fn create_in_doubt(&self) -> bool {
+        self.create_in_doubt
+    }
+
+    pub(crate) fn writer(&self) -> &Writer {
+        &self.writer
+    }
+}
+
+/// Where a step of the wait left it.
+pub(crate) enum Step {
+    Held(Hold),
+    /// The deadline passed.
+    GaveUp,
+    /// Someone else holds it: look again after this pause.
+    Pause(Duration),
 }
 
 impl Engine {
@@ -53,19 +82,52 @@ impl Engine {
         deadline: Deadline,
         interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
+        let Some(mut attempt) = self.start_attempt(identity, deadline)? else {
+            return Ok(None);
+        };
+        loop {
+            let step =
+                match runtime::block_on_interruptibly(self.step(&mut attempt), None, interrupted) {
+                    Ended::Done(step) => step,
+                    _ => Err(Error::Interrupted(self.what.clone())),
+                };
+            match self.after_step(&attempt, step)? {
+                Step::Held(hold) => return Ok(Some(hold)),
+                Step::GaveUp => return Ok(None),
+                // A pause follows a look, which leaves no create in doubt.
+                Step::Pause(wait) => sleep_interruptibly(wait, interrupted, &self.what)?,
+            }
+        }
+    }
+
+    /// An acquisition as `identity` until `deadline`; None if the deadline
+    /// passed already.
+    pub(crate) fn start_attempt(
+        &self,
+        identity: &str,
+        deadline: Deadline,
+    ) -> Result<Option<Attempt>> {
         let started = Instant::now();
         if deadline.check()?.spent() {
             return Ok(None);
         }
         let give_up_at = deadline.at();
-        let mut attempt = Attempt {
+        Ok(Some(Attempt {
             writer: Writer::new(identity),
+            give_up_at,
             retry_until: give_up_at.map(|at| at.max(started + SHORTEST_RETRY)),
-            interrupted,
             create_in_doubt: false,
-        };
-        let outcome = self.wait_for_lock(&mut attempt, give_up_at);
-        match outcome {
+            steps: self.backoff.steps(),
+            immediate: 0,
+            may_create: true,
+        }))
+    }
+
+    /// What a step's outcome means for the acquisition: an acquire that
+    /// fails while a create of its own may have landed first removes what
+    /// it left.
+    pub(crate) fn after_step(&self, attempt: &Attempt, step: Result<Step>) -> Result<Step> {
+        match step {
             Err(error) if attempt.create_in_doubt => {
                 Err(self.remove_leftover(&attempt.writer, error))
             }
@@ -73,46 +135,41 @@ impl Engine {
         }
     }
 
-    fn wait_for_lock(
-        self: &Arc<Self>,
-        attempt: &mut Attempt<'_>,
-        give_up_at: Option<Instant>,
-    ) -> Result<Option<Hold>> {
-        let mut steps = self.backoff.steps();
-        let mut immediate = 0;
-        let mut may_create = true;
+    /// The next step of the wait: a create (unless the last look found the
+    /// object held) and, if it failed, a look; then a hold, the deadline
+    /// passed, or the pause before looking again. Requests only: the pause
+    /// is the caller's, a thread's sleep or a task's. Dropped at any await,
+    /// `attempt` tells whether a create of its own may have landed.
+    pub(crate) async fn step(self: &Arc<Self>, attempt: &mut Attempt) -> Result<Step> {
         loop {
-            if (attempt.interrupted)() {
-                return Err(Error::Interrupted(self.what.clone()));
-            }
-            if may_create {
+            if attempt.may_create {
                 self.log(log::Level::Debug, || "Acquiring lock".into());
-                if let Some(hold) = self.try_create(attempt)? {
+                if let Some(hold) = self.try_create(attempt).await? {
                     self.log(log::Level::Debug, || "Successfully acquired lock".into());
-                    return Ok(Some(hold));
+                    return Ok(Step::Held(hold));
                 }
                 self.log(log::Level::Debug, || {
                     "Error acquiring lock. Investigating why...".into()
                 });
             }
-            let look = self.look(attempt, may_create)?;
+            let look = self.look(attempt, attempt.may_create).await?;
             // The read saw the object: whatever a create of ours did is known.
             attempt.create_in_doubt = false;
-            may_create = matches!(look, Look::Free);
-            if may_create && immediate < IMMEDIATE_RETRIES {
-                immediate += 1;
+            attempt.may_create = matches!(look, Look::Free);
+            if attempt.may_create && attempt.immediate < IMMEDIATE_RETRIES {
+                attempt.immediate += 1;
                 continue;
             }
             let now = Instant::now();
-            if give_up_at.is_some_and(|at| now >= at) {
-                return Ok(None);
+            if attempt.give_up_at.is_some_and(|at| now >= at) {
+                return Ok(Step::GaveUp);
             }
-            let mut wait = steps.next_wait();
+            let mut wait = attempt.steps.next_wait();
             if let Look::Held(stale_in) = look {
                 // Look again just after it would turn stale, not a backoff later.
                 wait = wait.min(stale_in + Duration::from_millis(20));
             }
-            if let Some(at) = give_up_at {
+            if let Some(at) = attempt.give_up_at {
                 wait = wait.min(at - now);
             }
             self.log(log::Level::Info, || {
@@ -121,33 +178,35 @@ impl Engine {
                     wait.as_secs_f64()
                 )
             });
-            sleep_interruptibly(wait, attempt.interrupted, &self.what)?;
-            immediate = 0;
+            attempt.immediate = 0;
+            return Ok(Step::Pause(wait));
         }
     }
 
     /// One create; None if the object exists.
-    fn try_create(self: &Arc<Self>, attempt: &mut Attempt<'_>) -> Result<Option<Hold>> {
+    async fn try_create(self: &Arc<Self>, attempt: &mut Attempt) -> Result<Option<Hold>> {
         let requests = self.requests();
         let writer = &attempt.writer;
         let clock_was_known = self.clock.is_known();
         // Each try writes an `expires_at` from when it is sent, so that
         // retries do not eat into the lease; the last try is the one that
         // landed.
-        let last_try = std::cell::Cell::new((Stamp::now(), 0.0));
+        let last_try = Mutex::new((Stamp::now(), 0.0));
         // Interrupted in a pause after a failed try, it may have landed.
         attempt.create_in_doubt = true;
-        let created = requests.call(
-            "create",
-            || {
-                let metadata = writer.metadata(1, self.expires_at());
-                last_try.set((Stamp::now(), metadata.expires_at));
-                self.store.create(metadata)
-            },
-            attempt.retry_until,
-            attempt.interrupted,
-        )?;
-        let (sent, written) = last_try.get();
+        let created = requests
+            .call_async(
+                "create",
+                || {
+                    let metadata = writer.metadata(1, self.expires_at());
+                    *last_try.lock().unwrap_or_else(|e| e.into_inner()) =
+                        (Stamp::now(), metadata.expires_at);
+                    self.store.create(metadata)
+                },
+                attempt.retry_until,
+            )
+            .await;
+        let (sent, written) = *last_try.lock().unwrap_or_else(|e| e.into_inner());
         // A request that failed for good after none failed transiently
         // created nothing.
         attempt.create_in_doubt = created.retried || created.result.is_ok();
@@ -168,12 +227,13 @@ impl Engine {
         let off = deadline.as_secs_f64() - (sent + self.lease.ttl).as_secs_f64();
         if !clock_was_known && off.abs() > 1.0 {
             let sent = Stamp::now();
-            let corrected = requests.call(
-                "refresh",
-                || async move { Ok(write_if_ours(self, writer, version).await?) },
-                attempt.retry_until,
-                attempt.interrupted,
-            )?;
+            let corrected = requests
+                .call_async(
+                    "refresh",
+                    || async move { Ok(write_if_ours(self, writer, version).await?) },
+                    attempt.retry_until,
+                )
+                .await;
             match requests.answered("refresh", corrected)? {
                 Ok(reply) => {
                     version = reply.value.version;
@@ -192,14 +252,11 @@ impl Engine {
 
     /// Reads the object after a failed create and clears it if it is ours
     /// from before or stale.
-    fn look(&self, attempt: &Attempt<'_>, after_create: bool) -> Result<Look> {
+    async fn look(&self, attempt: &Attempt, after_create: bool) -> Result<Look> {
         let requests = self.requests();
-        let read = requests.call(
-            "read",
-            || self.store.get(),
-            attempt.retry_until,
-            attempt.interrupted,
-        )?;
+        let read = requests
+            .call_async("read", || self.store.get(), attempt.retry_until)
+            .await;
         let reply = match requests.answered("read", read)? {
             Ok(reply) => reply,
             Err(other) => return Err(requests.failed("read", other)),
@@ -218,7 +275,8 @@ impl Engine {
             self.log(log::Level::Warn, || {
                 "Lock was already owned by this instance, but was abandoned. Resetting lock".into()
             });
-            self.delete_version(object.version, attempt.retry_until, attempt.interrupted)?;
+            self.delete_version(object.version, attempt.retry_until)
+                .await?;
             return Ok(Look::Free);
         }
         let server_now = reply
@@ -227,7 +285,8 @@ impl Engine {
         let expires_at = object.expires_at.unwrap_or(f64::NEG_INFINITY);
         if server_now > expires_at {
             self.log(log::Level::Warn, || "Lock is stale. Resetting lock".into());
-            self.delete_version(object.version, attempt.retry_until, attempt.interrupted)?;
+            self.delete_version(object.version, attempt.retry_until)
+                .await?;
             return Ok(Look::Free);
         }
         self.log(log::Level::Debug, || {
@@ -239,14 +298,11 @@ impl Engine {
     }
 
     /// Deletes exactly `version`: Ok(false) if it had changed or gone.
-    fn delete_version(
-        &self,
-        version: Version,
-        until: Option<Instant>,
-        interrupted: Interrupt<'_>,
-    ) -> Result<bool> {
+    async fn delete_version(&self, version: Version, until: Option<Instant>) -> Result<bool> {
         let requests = self.requests();
-        let answer = requests.call("delete", || self.store.delete(version), until, interrupted)?;
+        let answer = requests
+            .call_async("delete", || self.store.delete(version), until)
+            .await;
         Ok(requests.answered("delete", answer)?.is_ok())
     }
 
@@ -255,26 +311,37 @@ impl Engine {
     /// it (not merely someone with the same identity), so it
     /// does not block everyone until it goes stale. Returns the error to
     /// report, saying so if the object could not be removed.
-    fn remove_leftover(&self, writer: &Writer, error: Error) -> Error {
+    pub(crate) fn remove_leftover(&self, writer: &Writer, error: Error) -> Error {
+        let removed = runtime::block_on(self.remove_leftover_async(writer, &error));
+        self.leftover_error(removed, error)
+    }
+
+    /// Reads the object and deletes it if `writer` made it (see
+    /// [`Engine::remove_leftover`]), `error` being why the acquire failed.
+    pub(crate) async fn remove_leftover_async(&self, writer: &Writer, error: &Error) -> Result<()> {
         let requests = self.requests();
         let until = Some(Instant::now() + LEFTOVER_CLEANUP);
-        let never = &|| false;
-        let removed = requests
-            .call("read", || self.store.get(), until, never)
-            .and_then(|answer| requests.answered("read", answer))
-            .and_then(|read| match read {
-                Ok(Reply {
-                    value: Some(object),
-                    ..
-                }) if writer.made(&object) => {
-                    self.delete_version(object.version, until, never)?;
-                    self.log(log::Level::Warn, || {
-                        format!("Gave back the lock object this attempt had created: {error}")
-                    });
-                    Ok(())
-                }
-                _ => Ok(()),
-            });
+        let read = requests
+            .call_async("read", || self.store.get(), until)
+            .await;
+        match requests.answered("read", read)? {
+            Ok(Reply {
+                value: Some(object),
+                ..
+            }) if writer.made(&object) => {
+                self.delete_version(object.version, until).await?;
+                self.log(log::Level::Warn, || {
+                    format!("Gave back the lock object this attempt had created: {error}")
+                });
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The error an acquire that failed with `error` reports once its
+    /// leftover was `removed` (or not).
+    pub(crate) fn leftover_error(&self, removed: Result<()>, error: Error) -> Error {
         match (removed, error) {
             (Ok(()), error) => error,
             (Err(cleanup), Error::Backend {

@@ -11,7 +11,10 @@ use super::options::LockBuilder;
 use crate::error::Error;
 use crate::error::Result;
 use crate::holds::{PerHolder, ProcessHolds};
-use crate::identity::{forked_since_start, holder_number, note_process_start, random_hex};
+use crate::identity::{
+    as_holder_number, binding_holder, forked_since_start, holder_number, note_process_start,
+    random_hex, task_holder_number,
+};
 use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
 /// A distributed mutual-exclusion lock on one object in a Google Cloud
@@ -282,6 +285,105 @@ impl Lock {
         Ok(self.engine.inspect(&self.identity())?.0)
     }
 
+    /// The async twin of [`Lock::acquire`]: waits up to `timeout` (None:
+    /// forever) on the calling task's runtime and returns a guard of the
+    /// task's hold. Each task is a holder, as each thread is for
+    /// [`Lock::acquire`]. No thread waits: each look at the object runs on
+    /// lockyard's blocking threads, and the pauses between them on the
+    /// task's runtime. Dropping the future before it completes leaves
+    /// nothing held; dropping the guard gives the lock back in the
+    /// background ([`LockGuard::release_async`] waits for the answer).
+    ///
+    /// # Errors
+    /// Those of [`Lock::acquire`]; [`Error::AlreadyLocked`] if the calling
+    /// task holds it already.
+    pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
+        let holder = task_holder_number();
+        self.take_async(holder, Deadline::after(timeout)).await?;
+        Ok(LockGuard::for_task(self, holder))
+    }
+
+    /// The async twin of [`Lock::try_acquire`]: one attempt.
+    pub async fn try_acquire_async(&self) -> Result<Option<LockGuard<'_>>> {
+        let holder = task_holder_number();
+        let acquired = self
+            .take_async(holder, Deadline::after(Some(Duration::ZERO)))
+            .await
+            .in_time()?;
+        Ok(acquired.then(|| LockGuard::for_task(self, holder)))
+    }
+
+    /// The async twin of [`Lock::lock`]: waits with the builder's `timeout`.
+    pub async fn lock_async(&self) -> Result<LockGuard<'_>> {
+        self.acquire_async(self.default_timeout).await
+    }
+
+    /// The async twin of [`Lock::release`], for the calling task's hold.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling task does not hold it.
+    pub async fn release_async(&self) -> Result<bool> {
+        self.release_holder_async(task_holder_number()).await
+    }
+
+    /// [`Lock::acquire_async`] for the holder `key` (as [`crate::as_holder`]
+    /// takes): for a binding whose holders are not tokio tasks (asyncio
+    /// Tasks), which reads the hold with `as_holder(key, ...)`.
+    ///
+    /// # Errors
+    /// Those of [`Lock::acquire_async`].
+    pub async fn acquire_for_async(&self, key: u64, deadline: Deadline) -> Result<()> {
+        self.take_async(binding_holder(key), deadline).await
+    }
+
+    /// [`Lock::release_async`] for the holder `key`.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if `key` holds nothing.
+    pub async fn release_for_async(&self, key: u64) -> Result<bool> {
+        self.release_holder_async(binding_holder(key)).await
+    }
+
+    /// The async twin of [`Lock::leave`], for the holder `key`: Ok(true)
+    /// in a process forked inside the block, whose hold is the parent's.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if `key` holds nothing.
+    pub async fn leave_for_async(&self, key: u64) -> Result<bool> {
+        let holder = as_holder_number(binding_holder(key), || self.key());
+        match self.holds.leave_out(holder)? {
+            Some(hold) => self.give_back_async(hold).await,
+            None => Ok(true),
+        }
+    }
+
+    /// The async twin of [`Lock::locked`].
+    pub async fn locked_async(&self) -> Result<bool> {
+        Ok(self.engine.inspect_async(self.identity()).await?.0)
+    }
+
+    async fn take_async(&self, holder: u64, deadline: Deadline) -> Result<()> {
+        let (key, identity) = as_holder_number(holder, || (self.key(), self.identity()));
+        let taking = self.engine.acquire_async(&identity, deadline);
+        self.holds.acquire_async(key, deadline, taking).await?;
+        self.engine.log(log::Level::Debug, || "Locked".into());
+        Ok(())
+    }
+
+    async fn release_holder_async(&self, holder: u64) -> Result<bool> {
+        let reached = as_holder_number(holder, || self.reached());
+        let hold = self.holds.take_out(reached)?;
+        self.give_back_async(hold).await
+    }
+
+    async fn give_back_async(&self, hold: Hold) -> Result<bool> {
+        let released = self.holds.released(self.engine.release_async(hold).await);
+        if let Ok(true) = released {
+            self.engine.log(log::Level::Debug, || "Unlocked".into());
+        }
+        released
+    }
+
     /// The calling thread's holder identity, as stored in the object.
     ///
     /// A given prefix is used as is in a process started afresh (the gem's
@@ -350,7 +452,18 @@ impl Drop for Lock {
     }
 }
 
-/// Proof that the calling thread holds a [`Lock`]; releases it on drop.
+/// Proof that the calling thread (or, from [`Lock::acquire_async`], task)
+/// holds a [`Lock`]; releases it on drop.
 pub type LockGuard<'a> = crate::guard::Guard<'a, Lock>;
+
+impl LockGuard<'_> {
+    /// The async twin of [`Guard::release`](crate::guard::Guard::release):
+    /// releases now and reports whether the server still had the lock.
+    /// Dropped before the answer, the release finishes in the background.
+    pub async fn release_async(self) -> Result<bool> {
+        let (lock, holder) = self.disarm();
+        lock.release_holder_async(holder).await
+    }
+}
 
 crate::guard::thread_lock!(Lock);

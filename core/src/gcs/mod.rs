@@ -19,6 +19,7 @@ mod backoff;
 mod client;
 mod clock;
 mod engine;
+mod in_task;
 mod lock;
 mod options;
 mod requests;

@@ -61,13 +61,13 @@ impl Requests<'_> {
     }
 
     /// Runs a store operation from the caller's thread (the runtime
-    /// thread drives its I/O), with the request timeout. Transient failures
-    /// are retried with backoff until `until` (None: for ever), never a
-    /// fixed number of times. Err only when `interrupted` fires.
+    /// thread drives its I/O): [`Requests::call_async`], which
+    /// `interrupted` ends (asked at least every 50 ms) with
+    /// [`Error::Interrupted`].
     pub(crate) fn call<T, F>(
         self,
         operation: &str,
-        request: impl Fn() -> F,
+        request: impl Fn() -> F + Send,
         until: Option<Instant>,
         interrupted: Interrupt<'_>,
     ) -> Result<Answer<T>>
@@ -75,30 +75,49 @@ impl Requests<'_> {
         T: Send,
         F: Future<Output = Result<Reply<T>, StoreError>> + Send,
     {
+        let calling = self.call_async(operation, request, until);
+        match runtime::block_on_interruptibly(calling, None, interrupted) {
+            runtime::Ended::Done(answer) => Ok(answer),
+            _ => Err(Error::Interrupted(self.what.to_owned())),
+        }
+    }
+
+    /// Runs a store operation with the request timeout. Transient failures
+    /// are retried with backoff until `until` (None: for ever), never a
+    /// fixed number of times.
+    pub(crate) async fn call_async<T, F>(
+        self,
+        operation: &str,
+        request: impl Fn() -> F,
+        until: Option<Instant>,
+    ) -> Answer<T>
+    where
+        F: Future<Output = Result<Reply<T>, StoreError>>,
+    {
         let mut wait = RETRY_FIRST_WAIT;
         let mut retried = false;
         loop {
-            let message = match runtime::block_on(self.ask(request())) {
+            let message = match self.ask(request()).await {
                 Ok(reply) => {
-                    return Ok(Answer {
+                    return Answer {
                         result: Ok(reply),
                         retried,
-                    })
+                    }
                 }
                 Err(StoreError::Transient(message)) => message,
                 Err(refusal) => {
-                    return Ok(Answer {
+                    return Answer {
                         result: Err(refusal),
                         retried,
-                    })
+                    }
                 }
             };
             let now = Instant::now();
             if until.is_some_and(|until| now >= until) {
-                return Ok(Answer {
+                return Answer {
                     result: Err(StoreError::Transient(message)),
                     retried: true,
-                });
+                };
             }
             let pause = until.map_or(wait, |until| wait.min(until - now));
             (self.log)(
@@ -108,7 +127,7 @@ impl Requests<'_> {
                     self.what
                 ),
             );
-            sleep_interruptibly(pause, interrupted, self.what)?;
+            tokio::time::sleep(pause).await;
             wait = (wait * 2).min(RETRY_MAX_WAIT);
             retried = true;
         }
