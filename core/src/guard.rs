@@ -181,3 +181,100 @@ macro_rules! thread_lock {
 }
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub(crate) use thread_lock;
+
+/// The `_async` twins of a lock held per thread or task, inside its
+/// `impl`: its `take_async(holder, deadline)` and
+/// `release_holder_async(holder)` do the work, and each task is a holder.
+/// [`async_guard!`] gives its guard `release_async`.
+#[cfg(any(feature = "redis", feature = "gcs"))]
+macro_rules! async_twins {
+    () => {
+        /// The async twin of [`Lock::acquire`]: waits up to `timeout`
+        /// (None: forever) on the calling task's runtime, holding no
+        /// thread, and returns a guard of the task's hold. Each task is a
+        /// holder, as each thread is for [`Lock::acquire`]. Dropping the
+        /// future before it completes leaves nothing held or queued (what
+        /// is left to undo finishes in the background); dropping the guard
+        /// gives the lock back in the background, never blocking the
+        /// executor ([`LockGuard::release_async`] waits for the answer
+        /// instead).
+        ///
+        /// # Errors
+        /// Those of [`Lock::acquire`]; [`Error::AlreadyLocked`] if the
+        /// calling task holds it already; [`Error::Config`] when awaited
+        /// outside a tokio runtime (as every `_async` call of lockyard).
+        pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
+            let holder = $crate::identity::task_holder_number();
+            self.take_async(holder, Deadline::after(timeout)).await?;
+            Ok(LockGuard::for_task(self, holder))
+        }
+
+        /// The async twin of [`Lock::try_acquire`]: one attempt.
+        pub async fn try_acquire_async(&self) -> Result<Option<LockGuard<'_>>> {
+            let holder = $crate::identity::task_holder_number();
+            let acquired = self
+                .take_async(holder, Deadline::after(Some(Duration::ZERO)))
+                .await
+                .in_time()?;
+            Ok(acquired.then(|| LockGuard::for_task(self, holder)))
+        }
+
+        /// The async twin of [`Lock::lock`]: waits with the builder's `timeout`.
+        pub async fn lock_async(&self) -> Result<LockGuard<'_>> {
+            self.acquire_async(self.default_timeout).await
+        }
+
+        /// The async twin of [`Lock::release`], for the calling task's hold.
+        ///
+        /// # Errors
+        /// [`Error::NotLocked`] if the calling task does not hold it.
+        pub async fn release_async(&self) -> Result<bool> {
+            self.release_holder_async($crate::identity::task_holder_number())
+                .await
+        }
+
+        /// [`Lock::acquire_async`] for the holder `key` (as
+        /// [`crate::as_holder`] takes): for a binding whose holders are not
+        /// tokio tasks (asyncio Tasks), which reads the hold with
+        /// `as_holder(key, ...)` and ends it with
+        /// [`Lock::release_for_async`] or [`Lock::leave_for_async`].
+        ///
+        /// # Errors
+        /// Those of [`Lock::acquire_async`].
+        pub async fn acquire_for_async(&self, key: u64, deadline: Deadline) -> Result<()> {
+            self.take_async($crate::identity::binding_holder(key), deadline)
+                .await
+        }
+
+        /// [`Lock::release_async`] for the holder `key`.
+        ///
+        /// # Errors
+        /// [`Error::NotLocked`] if `key` holds nothing.
+        pub async fn release_for_async(&self, key: u64) -> Result<bool> {
+            self.release_holder_async($crate::identity::binding_holder(key))
+                .await
+        }
+    };
+}
+#[cfg(any(feature = "redis", feature = "gcs"))]
+pub(crate) use async_twins;
+
+/// `release_async` for the guard of a lock with [`async_twins!`].
+#[cfg(any(feature = "redis", feature = "gcs"))]
+macro_rules! async_guard {
+    ($lock:ty) => {
+        impl $crate::guard::Guard<'_, $lock> {
+            /// The async twin of
+            /// [`Guard::release`](crate::guard::Guard::release): releases
+            /// now and reports whether the server still had the lock.
+            /// Dropped before the answer, the release finishes in the
+            /// background.
+            pub async fn release_async(self) -> $crate::Result<bool> {
+                let (lock, holder) = self.disarm();
+                lock.release_holder_async(holder).await
+            }
+        }
+    };
+}
+#[cfg(any(feature = "redis", feature = "gcs"))]
+pub(crate) use async_guard;

@@ -100,6 +100,20 @@ extern "C" fn unlock_after_fork() {
     });
 }
 
+/// Ok on a tokio runtime; [`crate::Error::Config`] anywhere else (a
+/// `futures` executor, a plain thread): an `_async` call's connections and
+/// timers are its caller runtime's, and tokio would panic deep inside.
+#[cfg(any(feature = "redis", feature = "gcs"))]
+pub(crate) fn check_on_tokio(operation: &str, what: &str) -> crate::Result<()> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(crate::Error::Config(format!(
+            "{operation} on {what}: lockyard's _async calls must be awaited on a tokio \
+             runtime (with its time and I/O drivers enabled)"
+        ))),
+    }
+}
+
 /// Runs `future` in the background; abort the handle to stop it.
 pub(crate) fn spawn<F>(future: F) -> JoinHandle<()>
 where

@@ -4,6 +4,7 @@
 //! future or guard leaves nothing held.
 
 mod gcs_support;
+mod no_tokio;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use gcs_support::{builder, FaithfulStore, Fault, Op};
 use lockyard::gcs::Lock;
 use lockyard::Error;
+use no_tokio::block_on_without_tokio;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -197,4 +199,17 @@ async fn sync_and_async_holders_exclude_each_other() {
     }
     sync.await.unwrap();
     assert!(store.object().is_none());
+}
+
+#[test]
+fn an_acquire_awaited_outside_a_tokio_runtime_is_a_config_error() {
+    let store = FaithfulStore::new();
+    let lock = lock(&store);
+    let acquired = block_on_without_tokio(lock.acquire_async(Some(MS(100))));
+    assert!(
+        matches!(acquired, Err(Error::Config(_))),
+        "{:?}",
+        acquired.err()
+    );
+    assert_eq!(store.requests(), 0);
 }

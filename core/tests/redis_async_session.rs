@@ -4,6 +4,7 @@
 //! behind when dropped, and an observer awaited change by change, mixed
 //! with the blocking API on the same names.
 
+mod no_tokio;
 mod support;
 
 use std::future::Future;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use lockyard::redis::{Election, Lock, Session, Term};
 use lockyard::Error;
+use no_tokio::block_on_without_tokio;
 use support::{eventually, RedisServer};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -122,25 +124,6 @@ fn a_session_awaited_outside_a_tokio_runtime_is_a_config_error() {
     let built = block_on_without_tokio(Session::new_async(server.url()));
     assert!(matches!(built, Err(Error::Config(_))), "{:?}", built.err());
     assert!(session_keys(&server).is_empty());
-}
-
-/// Polls `future` on the calling thread, with no tokio runtime around it.
-fn block_on_without_tokio<F: Future>(future: F) -> F::Output {
-    use std::task::{Context, Wake, Waker};
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut Context::from_waker(&waker)) {
-            return output;
-        }
-        std::thread::park_timeout(MS(10));
-    }
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -41,6 +41,7 @@ impl Engine {
         identity: &str,
         deadline: Deadline,
     ) -> Result<Option<Hold>> {
+        runtime::check_on_tokio("acquire", &self.what)?;
         let Some(attempt) = self.start_attempt(identity, deadline)? else {
             return Ok(None);
         };

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::holds::{PerHolder, ProcessHolds};
 use crate::identity::{
     as_holder_number, binding_holder, forked_since_start, holder_number, note_process_start,
-    random_hex, task_holder_number,
+    random_hex,
 };
 use crate::wait::{Deadline, InTime, Interrupt, NEVER};
 
@@ -285,64 +285,7 @@ impl Lock {
         Ok(self.engine.inspect(&self.identity())?.0)
     }
 
-    /// The async twin of [`Lock::acquire`]: waits up to `timeout` (None:
-    /// forever) on the calling task's runtime and returns a guard of the
-    /// task's hold. Each task is a holder, as each thread is for
-    /// [`Lock::acquire`]. No thread waits: each look at the object runs on
-    /// lockyard's blocking threads, and the pauses between them on the
-    /// task's runtime. Dropping the future before it completes leaves
-    /// nothing held; dropping the guard gives the lock back in the
-    /// background ([`LockGuard::release_async`] waits for the answer).
-    ///
-    /// # Errors
-    /// Those of [`Lock::acquire`]; [`Error::AlreadyLocked`] if the calling
-    /// task holds it already.
-    pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
-        let holder = task_holder_number();
-        self.take_async(holder, Deadline::after(timeout)).await?;
-        Ok(LockGuard::for_task(self, holder))
-    }
-
-    /// The async twin of [`Lock::try_acquire`]: one attempt.
-    pub async fn try_acquire_async(&self) -> Result<Option<LockGuard<'_>>> {
-        let holder = task_holder_number();
-        let acquired = self
-            .take_async(holder, Deadline::after(Some(Duration::ZERO)))
-            .await
-            .in_time()?;
-        Ok(acquired.then(|| LockGuard::for_task(self, holder)))
-    }
-
-    /// The async twin of [`Lock::lock`]: waits with the builder's `timeout`.
-    pub async fn lock_async(&self) -> Result<LockGuard<'_>> {
-        self.acquire_async(self.default_timeout).await
-    }
-
-    /// The async twin of [`Lock::release`], for the calling task's hold.
-    ///
-    /// # Errors
-    /// [`Error::NotLocked`] if the calling task does not hold it.
-    pub async fn release_async(&self) -> Result<bool> {
-        self.release_holder_async(task_holder_number()).await
-    }
-
-    /// [`Lock::acquire_async`] for the holder `key` (as [`crate::as_holder`]
-    /// takes): for a binding whose holders are not tokio tasks (asyncio
-    /// Tasks), which reads the hold with `as_holder(key, ...)`.
-    ///
-    /// # Errors
-    /// Those of [`Lock::acquire_async`].
-    pub async fn acquire_for_async(&self, key: u64, deadline: Deadline) -> Result<()> {
-        self.take_async(binding_holder(key), deadline).await
-    }
-
-    /// [`Lock::release_async`] for the holder `key`.
-    ///
-    /// # Errors
-    /// [`Error::NotLocked`] if `key` holds nothing.
-    pub async fn release_for_async(&self, key: u64) -> Result<bool> {
-        self.release_holder_async(binding_holder(key)).await
-    }
+    crate::guard::async_twins!();
 
     /// The async twin of [`Lock::leave`], for the holder `key`: Ok(true)
     /// in a process forked inside the block, whose hold is the parent's.
@@ -456,14 +399,6 @@ impl Drop for Lock {
 /// holds a [`Lock`]; releases it on drop.
 pub type LockGuard<'a> = crate::guard::Guard<'a, Lock>;
 
-impl LockGuard<'_> {
-    /// The async twin of [`Guard::release`](crate::guard::Guard::release):
-    /// releases now and reports whether the server still had the lock.
-    /// Dropped before the answer, the release finishes in the background.
-    pub async fn release_async(self) -> Result<bool> {
-        let (lock, holder) = self.disarm();
-        lock.release_holder_async(holder).await
-    }
-}
+crate::guard::async_guard!(Lock);
 
 crate::guard::thread_lock!(Lock);

@@ -15,6 +15,7 @@ use super::caller::{Caller, LEAST_TIME};
 use super::failure::{Failure, OnSignal};
 use super::server::{Channel, NodeConnection, Server};
 use crate::error::{Error, Result};
+use crate::runtime;
 
 /// How many nodes one request may visit (redirects and the seed fallback).
 const MAX_HOPS: usize = 5;
@@ -286,16 +287,7 @@ impl Route {
     where
         F: std::future::Future<Output = RedisResult<T>>,
     {
-        // Its connections and timers are the caller runtime's: awaited
-        // anywhere else (a `futures` executor, a plain thread), tokio
-        // would panic deep inside; a usage error is reported as one.
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::Config(format!(
-                "{operation} on {}: lockyard's _async calls must be awaited \
-                 on a tokio runtime (with its time and I/O drivers enabled)",
-                self.server().name
-            )));
-        }
+        runtime::check_on_tokio(operation, &self.server().name)?;
         let started = Instant::now();
         let read_timeout = Caller::new(give_up_at, &|| false).read_timeout(limit, LEAST_TIME);
         let called = self.call(
