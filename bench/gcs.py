@@ -5,7 +5,10 @@
 - what a waiter sends per second of waiting (target: 0 writes after its
   first attempt, at most 1 read per backoff step);
 - handoff delay: from the holder's unlock returning to the waiter's lock
-  returning, for several backoff settings (it is about half a backoff step).
+  returning, for several backoff settings (it is about half a backoff step);
+- asyncio (``lockyard.asyncio.gcs``): the same cycle's requests and time
+  beside the sync one's, and what 100 tasks waiting on one lock cost: OS
+  threads added to the process, RSS growth, and the loop's longest pause.
 
     python bench/gcs.py [--rounds N]
 
@@ -15,8 +18,10 @@ Needs lockyard installed for this Python (scripts/setup or bench/run).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -26,6 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from lockyard.asyncio.gcs import Lock as AsyncLock
 from lockyard.gcs import Lock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,6 +141,81 @@ def handoff(server: Server, backoff: tuple[float, float], hold: float) -> float:
     return acquired[0] - released
 
 
+def async_lock(server: Server, path: str, **options: Any) -> AsyncLock:
+    return AsyncLock(
+        bucket_name="locks",
+        path=path,
+        cloud_storage_options={"emulator_host": server.host},
+        **options,
+    )
+
+
+def async_uncontended(server: Server, cycles: int) -> tuple[float, float]:
+    async def cycle() -> tuple[float, float]:
+        subject = async_lock(server, "async-cycle")
+        before = server.stats()
+        started = time.perf_counter()
+        for _ in range(cycles):
+            await subject.acquire()
+            await subject.release()
+        elapsed = time.perf_counter() - started
+        requests = sum(diff(server.stats(), before).values())
+        return requests / cycles, elapsed / cycles * 1e3
+
+    return asyncio.run(cycle())
+
+
+def os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def async_waiters(server: Server, tasks: int) -> dict[str, float]:
+    """`tasks` tasks waiting 3 s on a held lock: threads and RSS they add,
+    and the loop's longest pause between 10 ms ticks meanwhile."""
+
+    async def wait() -> dict[str, float]:
+        holder = lock(server, "async-held", ttl=60.0)
+        holder.acquire()
+        shared = async_lock(server, "async-held", backoff_min=0.05, backoff_max=0.25)
+        gaps: list[float] = []
+
+        async def ticker() -> None:
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        ticking = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0.2)
+        threads, rss = os_threads(), rss_kib()
+        waiters = [
+            asyncio.ensure_future(shared.acquire(timeout=3.0)) for _ in range(tasks)
+        ]
+        await asyncio.sleep(2.0)
+        added_threads, added_rss = os_threads() - threads, rss_kib() - rss
+        results = await asyncio.gather(*waiters)
+        ticking.cancel()
+        holder.release()
+        assert not any(results)
+        return {
+            "threads": added_threads,
+            "rss_mib": added_rss / 1024,
+            "longest_gap_ms": max(gaps) * 1e3,
+        }
+
+    return asyncio.run(wait())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -167,6 +248,18 @@ def main() -> None:
         print("multiplier 2 (the default): waits grow from min toward max, so reads")
         print("per second of waiting fall as a wait goes on; writes stay 0 (a waiter")
         print("creates only after a read found the object gone or stale).")
+        print()
+        per_cycle, async_ms = async_uncontended(server, 50)
+        print(
+            f"asyncio lock+unlock: {per_cycle:.2f} requests per cycle, "
+            f"{async_ms:.2f} ms per cycle ({async_ms / ms:.2f}x the sync cycle above)"
+        )
+        cost = async_waiters(server, 100)
+        print(
+            f"100 asyncio tasks waiting on one lock: {cost['threads']:+.0f} OS threads, "
+            f"{cost['rss_mib']:+.1f} MiB RSS, the loop's longest pause "
+            f"{cost['longest_gap_ms']:.1f} ms (ticks every 10 ms)"
+        )
     finally:
         server.stop()
 
