@@ -115,10 +115,24 @@ pub(crate) struct PerHolder<V> {
     table: Arc<Table<V>>,
 }
 
+/// A holder's acquire under way, ended when dropped.
+struct Acquiring<'a> {
+    acquiring: &'a Holds<u64, ()>,
+    holder: u64,
+}
+
+impl Drop for Acquiring<'_> {
+    fn drop(&mut self) {
+        self.acquiring.get().remove(&self.holder);
+    }
+}
+
 /// The holds, shared with `owners`, which releases those of holders whose
 /// owner ended.
 struct Table<V> {
     holds: Holds<u64, V>,
+    /// The holders acquiring now (this process's).
+    acquiring: Holds<u64, ()>,
     what: String,
     /// How the lock gives a hold back when nobody waits for it: on drop, in
     /// the background.
@@ -155,6 +169,7 @@ impl<V: Held + Send + 'static> PerHolder<V> {
     ) -> Self {
         let table = Arc::new(Table {
             holds: Holds::new(),
+            acquiring: Holds::new(),
             what,
             give_back: Box::new(give_back),
             outlive_holders,
@@ -241,23 +256,26 @@ impl<V: Held + Send + 'static> PerHolder<V> {
     /// Takes a hold for `holder` with `take`, whose Ok(None) means
     /// `deadline` passed (answered with [`Error::Timeout`]). The map is not locked while `take` waits, so other holders of the
     /// same lock object wait in parallel.
+    ///
+    /// One acquire per holder at a time: a holder that holds the lock, or
+    /// is acquiring it already, gets [`Error::AlreadyLocked`]. (Two
+    /// acquires of one holder side by side — two tasks of a GCS lock that
+    /// is not thread-safe, one identity — would each take the other's
+    /// object for an abandoned one of theirs.)
     pub(crate) fn acquire(
         &self,
         holder: u64,
         deadline: Deadline,
         take: impl FnOnce() -> Result<Option<V>>,
     ) -> Result<()> {
-        if self.table.holds.get().contains_key(&holder) {
-            return Err(Error::AlreadyLocked(self.table.what.clone()));
-        }
+        let _acquiring = self.start_acquiring(holder)?;
         let hold = take()?.ok_or_else(|| deadline.ran_out(&self.table.what))?;
         self.table.holds.get().insert(holder, hold);
         Ok(())
     }
 
-    /// [`PerHolder::acquire`] for an async holder: `take` is awaited. A
-    /// hold that comes back when `holder` already has one (two acquires
-    /// of one task run side by side) is given back.
+    /// [`PerHolder::acquire`] for an async holder: `take` is awaited.
+    /// Dropped meanwhile, the holder may acquire again.
     #[cfg(any(feature = "redis", feature = "gcs"))]
     pub(crate) async fn acquire_async(
         &self,
@@ -265,20 +283,26 @@ impl<V: Held + Send + 'static> PerHolder<V> {
         deadline: Deadline,
         take: impl std::future::Future<Output = Result<Option<V>>>,
     ) -> Result<()> {
-        if self.table.holds.get().contains_key(&holder) {
-            return Err(Error::AlreadyLocked(self.table.what.clone()));
-        }
+        let _acquiring = self.start_acquiring(holder)?;
         let hold = take
             .await?
             .ok_or_else(|| deadline.ran_out(&self.table.what))?;
-        let mut holds = self.table.holds.get();
-        if holds.contains_key(&holder) {
-            drop(holds);
-            self.table.give_back_in_background(vec![hold]);
+        self.table.holds.get().insert(holder, hold);
+        Ok(())
+    }
+
+    /// Marks `holder` as acquiring until the returned mark is dropped;
+    /// [`Error::AlreadyLocked`] if it holds the lock or is acquiring it.
+    fn start_acquiring(&self, holder: u64) -> Result<Acquiring<'_>> {
+        let holds = self.table.holds.get();
+        let mut acquiring = self.table.acquiring.get();
+        if holds.contains_key(&holder) || acquiring.insert(holder, ()).is_some() {
             return Err(Error::AlreadyLocked(self.table.what.clone()));
         }
-        holds.insert(holder, hold);
-        Ok(())
+        Ok(Acquiring {
+            acquiring: &self.table.acquiring,
+            holder,
+        })
     }
 
     /// Takes `holder`'s hold out, to be given back.

@@ -103,7 +103,7 @@ extern "C" fn unlock_after_fork() {
 /// Ok on a tokio runtime; [`crate::Error::Config`] anywhere else (a
 /// `futures` executor, a plain thread): an `_async` call's connections and
 /// timers are its caller runtime's, and tokio would panic deep inside.
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(feature = "redis")]
 pub(crate) fn check_on_tokio(operation: &str, what: &str) -> crate::Result<()> {
     match tokio::runtime::Handle::try_current() {
         Ok(_) => Ok(()),
@@ -242,7 +242,7 @@ const EXIT_WAIT: Duration = Duration::from_secs(10);
 /// finalizers at exit) would otherwise die with it and leave the lock to
 /// its `ttl`: so the process waits for them at exit, up to [`EXIT_WAIT`].
 #[derive(Debug)]
-struct Background;
+pub(crate) struct Background;
 
 /// Background work not done yet in the process with this pid (a forked
 /// child's count starts again: its parent's work runs in the parent).
@@ -250,7 +250,9 @@ static UNFINISHED: Mutex<(u32, usize)> = Mutex::new((0, 0));
 static FINISHED: Condvar = Condvar::new();
 
 impl Background {
-    fn started() -> Background {
+    /// Counts one piece of work the process waits for at exit, until
+    /// the returned value is dropped.
+    pub(crate) fn started() -> Background {
         #[cfg(unix)]
         {
             static AT_EXIT: std::sync::Once = std::sync::Once::new();
@@ -365,6 +367,34 @@ where
         let sliced = async { tokio::time::timeout(slice, future.as_mut()).await };
         if let Ok(output) = block_on(sliced) {
             return Ended::Done(output);
+        }
+    }
+}
+
+/// Runs `future` to completion on the calling thread, setting `stop` once
+/// `interrupted` answers true (asked between slices of at most 50 ms): for
+/// a future that must not be dropped midway (a request on its way may
+/// still land), but ends soon after it sees `stop`.
+#[cfg(feature = "gcs")]
+pub(crate) fn block_on_until_stopped<F>(
+    future: F,
+    interrupted: crate::wait::Interrupt<'_>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    const SLICE: Duration = Duration::from_millis(50);
+    let mut future = Box::pin(future);
+    loop {
+        if interrupted() {
+            stop.store(true, std::sync::atomic::Ordering::Release);
+        }
+        // The timer is made inside: only the runtime's context has one.
+        let sliced = async { tokio::time::timeout(SLICE, future.as_mut()).await };
+        if let Ok(output) = block_on(sliced) {
+            return output;
         }
     }
 }

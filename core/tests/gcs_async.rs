@@ -6,6 +6,7 @@
 mod gcs_support;
 mod no_tokio;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -201,15 +202,47 @@ async fn sync_and_async_holders_exclude_each_other() {
     assert!(store.object().is_none());
 }
 
+/// The wait runs on lockyard's runtime, which the caller only awaits: any
+/// executor will do.
 #[test]
-fn an_acquire_awaited_outside_a_tokio_runtime_is_a_config_error() {
+fn an_acquire_awaited_outside_a_tokio_runtime_works() {
     let store = FaithfulStore::new();
     let lock = lock(&store);
-    let acquired = block_on_without_tokio(lock.acquire_async(Some(MS(100))));
-    assert!(
-        matches!(acquired, Err(Error::Config(_))),
-        "{:?}",
-        acquired.err()
-    );
-    assert_eq!(store.requests(), 0);
+    let guard = block_on_without_tokio(lock.acquire_async(Some(MS(1000)))).unwrap();
+    assert!(store.object().is_some());
+    assert!(block_on_without_tokio(guard.release_async()).unwrap());
+    assert!(store.object().is_none());
+}
+
+/// The wait ends (granted) while its caller is not looking; the caller's
+/// future is then dropped without being polled again: the hold on its way
+/// is given back, not dropped with the channel it sat in.
+#[tokio::test(flavor = "current_thread")]
+async fn a_grant_its_caller_never_took_is_given_back() {
+    let store = FaithfulStore::new();
+    let lock = lock(&store);
+    loop {
+        let mut acquiring = std::pin::pin!(lock.acquire_async(Some(MS(1000))));
+        let polled = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match acquiring.as_mut().poll(cx) {
+                std::task::Poll::Ready(guard) => Some(guard),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await;
+        if let Some(guard) = polled {
+            // Granted within the first poll already: again.
+            guard.unwrap().release_async().await.unwrap();
+            continue;
+        }
+        // The wait runs on lockyard's runtime meanwhile, and is granted.
+        std::thread::sleep(MS(300));
+        assert!(store.object().is_some());
+        break;
+    }
+    eventually(MS(2000), "the untaken grant was given back", || {
+        store.object().is_none()
+    })
+    .await;
+    assert!(!lock.locked_according_to_internal_state());
 }

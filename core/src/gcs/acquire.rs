@@ -4,17 +4,17 @@
 //! with reads only). An acquire that gives up removes any object its own
 //! create may have left.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::backoff::Steps;
 use super::engine::{write_if_ours, Engine, Hold};
-use super::requests::{sleep_interruptibly, SHORTEST_RETRY};
+use super::requests::{pause_unless_stopped, SHORTEST_RETRY};
 use super::store::{Reply, StoreError, Version};
 use super::writer::Writer;
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
-use crate::runtime::{self, Ended};
+use crate::runtime;
 use crate::wait::{Deadline, Interrupt};
 
 /// How long an acquire that gives up keeps trying to remove an object its
@@ -30,146 +30,119 @@ enum Look {
     Held(Duration),
 }
 
-/// One caller's acquisition: who, until when, what it may have left, and
-/// where its wait is.
-pub(crate) struct Attempt {
+/// One caller's acquisition: who, until when, and what it may have left.
+struct Attempt<'a> {
     /// Writes the objects of this attempt, and of the hold it becomes.
     writer: Writer,
-    /// When the wait ends (None: never).
-    give_up_at: Option<Instant>,
     /// When transient failures stop being retried (None: never).
     retry_until: Option<Instant>,
+    /// Ends the wait between requests (never one on its way, which may
+    /// still land).
+    stop: &'a AtomicBool,
     /// A create was sent and no read since has shown what became of it:
     /// an object of ours may be on the server with nobody refreshing it.
     create_in_doubt: bool,
-    steps: Steps,
-    /// Creates retried at once since the last pause.
-    immediate: u32,
-    /// The last look found no object (or this is the first step).
-    may_create: bool,
 }
 
-impl Attempt {
-    /// Whether a create of this attempt may have landed unseen.
-    pub(crate) fn create_in_doubt(&self) -> bool {
-        self.create_in_doubt
-    }
-
-    pub(crate) fn writer(&self) -> &Writer {
-        &self.writer
-    }
-}
-
-/// Where a step of the wait left it.
-pub(crate) enum Step {
-    Held(Hold),
-    /// The deadline passed.
-    GaveUp,
-    /// Someone else holds it: look again after this pause.
-    Pause(Duration),
-}
+/// Never set: for requests that run to their end.
+pub(crate) static NO_STOP: AtomicBool = AtomicBool::new(false);
 
 impl Engine {
     /// Waits until `deadline` (a zero timeout: one attempt, which may
-    /// still clear a stale object) for the lock as `identity`. A waiter
-    /// only reads: GCS allows about one write per second per object, and
-    /// create attempts would spend it. Transient failures are retried until
-    /// the timeout (at least [`SHORTEST_RETRY`]); an acquire that fails
-    /// anyway first removes any object its own create may have left.
+    /// still clear a stale object) for the lock as `identity`: the wait of
+    /// [`Engine::acquire_async`], on lockyard's runtime, while the calling
+    /// thread asks `interrupted` at least every 50 ms. Interrupted, it
+    /// returns at once, and the wait cleans up after itself (see
+    /// `in_task.rs`).
     pub(crate) fn acquire(
         self: &Arc<Self>,
         identity: &str,
         deadline: Deadline,
         interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
-        let Some(mut attempt) = self.start_attempt(identity, deadline)? else {
-            return Ok(None);
-        };
-        loop {
-            let step =
-                match runtime::block_on_interruptibly(self.step(&mut attempt), None, interrupted) {
-                    Ended::Done(step) => step,
-                    _ => Err(Error::Interrupted(self.what.clone())),
-                };
-            match self.after_step(&attempt, step)? {
-                Step::Held(hold) => return Ok(Some(hold)),
-                Step::GaveUp => return Ok(None),
-                // A pause follows a look, which leaves no create in doubt.
-                Step::Pause(wait) => sleep_interruptibly(wait, interrupted, &self.what)?,
-            }
+        let waiting = self.acquire_async(identity, deadline);
+        match runtime::block_on_interruptibly(waiting, None, interrupted) {
+            runtime::Ended::Done(outcome) => outcome,
+            _ => Err(Error::Interrupted(self.what.clone())),
         }
     }
 
-    /// An acquisition as `identity` until `deadline`; None if the deadline
-    /// passed already.
-    pub(crate) fn start_attempt(
-        &self,
+    /// The wait of every acquire, run on lockyard's runtime (see
+    /// [`Engine::acquire`] and `in_task.rs`). A waiter only reads:
+    /// GCS allows about one write per second per object, and create
+    /// attempts would spend it. Transient failures are retried until the
+    /// timeout (at least [`SHORTEST_RETRY`]). `stop` ends the wait with
+    /// [`Error::Interrupted`] at its next pause or request, never cutting
+    /// a request on its way (a create may land after its sender gave up).
+    /// An acquire that fails removes first any object its own create may
+    /// have left.
+    pub(crate) async fn wait(
+        self: &Arc<Self>,
         identity: &str,
         deadline: Deadline,
-    ) -> Result<Option<Attempt>> {
+        stop: &AtomicBool,
+    ) -> Result<Option<Hold>> {
         let started = Instant::now();
         if deadline.check()?.spent() {
             return Ok(None);
         }
         let give_up_at = deadline.at();
-        Ok(Some(Attempt {
+        let mut attempt = Attempt {
             writer: Writer::new(identity),
-            give_up_at,
             retry_until: give_up_at.map(|at| at.max(started + SHORTEST_RETRY)),
+            stop,
             create_in_doubt: false,
-            steps: self.backoff.steps(),
-            immediate: 0,
-            may_create: true,
-        }))
-    }
-
-    /// What a step's outcome means for the acquisition: an acquire that
-    /// fails while a create of its own may have landed first removes what
-    /// it left.
-    pub(crate) fn after_step(&self, attempt: &Attempt, step: Result<Step>) -> Result<Step> {
-        match step {
+        };
+        let outcome = self.wait_for_lock(&mut attempt, give_up_at).await;
+        match outcome {
             Err(error) if attempt.create_in_doubt => {
-                Err(self.remove_leftover(&attempt.writer, error))
+                let removed = self.remove_leftover(&attempt.writer, &error).await;
+                Err(self.leftover_error(removed, error))
             }
             other => other,
         }
     }
 
-    /// The next step of the wait: a create (unless the last look found the
-    /// object held) and, if it failed, a look; then a hold, the deadline
-    /// passed, or the pause before looking again. Requests only: the pause
-    /// is the caller's, a thread's sleep or a task's. Dropped at any await,
-    /// `attempt` tells whether a create of its own may have landed.
-    pub(crate) async fn step(self: &Arc<Self>, attempt: &mut Attempt) -> Result<Step> {
+    async fn wait_for_lock(
+        self: &Arc<Self>,
+        attempt: &mut Attempt<'_>,
+        give_up_at: Option<Instant>,
+    ) -> Result<Option<Hold>> {
+        let mut steps = self.backoff.steps();
+        let mut immediate = 0;
+        let mut may_create = true;
         loop {
-            if attempt.may_create {
+            if attempt.stop.load(Ordering::Acquire) {
+                return Err(Error::Interrupted(self.what.clone()));
+            }
+            if may_create {
                 self.log(log::Level::Debug, || "Acquiring lock".into());
                 if let Some(hold) = self.try_create(attempt).await? {
                     self.log(log::Level::Debug, || "Successfully acquired lock".into());
-                    return Ok(Step::Held(hold));
+                    return Ok(Some(hold));
                 }
                 self.log(log::Level::Debug, || {
                     "Error acquiring lock. Investigating why...".into()
                 });
             }
-            let look = self.look(attempt, attempt.may_create).await?;
+            let look = self.look(attempt, may_create).await?;
             // The read saw the object: whatever a create of ours did is known.
             attempt.create_in_doubt = false;
-            attempt.may_create = matches!(look, Look::Free);
-            if attempt.may_create && attempt.immediate < IMMEDIATE_RETRIES {
-                attempt.immediate += 1;
+            may_create = matches!(look, Look::Free);
+            if may_create && immediate < IMMEDIATE_RETRIES {
+                immediate += 1;
                 continue;
             }
             let now = Instant::now();
-            if attempt.give_up_at.is_some_and(|at| now >= at) {
-                return Ok(Step::GaveUp);
+            if give_up_at.is_some_and(|at| now >= at) {
+                return Ok(None);
             }
-            let mut wait = attempt.steps.next_wait();
+            let mut wait = steps.next_wait();
             if let Look::Held(stale_in) = look {
                 // Look again just after it would turn stale, not a backoff later.
                 wait = wait.min(stale_in + Duration::from_millis(20));
             }
-            if let Some(at) = attempt.give_up_at {
+            if let Some(at) = give_up_at {
                 wait = wait.min(at - now);
             }
             self.log(log::Level::Info, || {
@@ -178,13 +151,13 @@ impl Engine {
                     wait.as_secs_f64()
                 )
             });
-            attempt.immediate = 0;
-            return Ok(Step::Pause(wait));
+            pause_unless_stopped(wait, attempt.stop, &self.what).await?;
+            immediate = 0;
         }
     }
 
     /// One create; None if the object exists.
-    async fn try_create(self: &Arc<Self>, attempt: &mut Attempt) -> Result<Option<Hold>> {
+    async fn try_create(self: &Arc<Self>, attempt: &mut Attempt<'_>) -> Result<Option<Hold>> {
         let requests = self.requests();
         let writer = &attempt.writer;
         let clock_was_known = self.clock.is_known();
@@ -204,8 +177,9 @@ impl Engine {
                     self.store.create(metadata)
                 },
                 attempt.retry_until,
+                attempt.stop,
             )
-            .await;
+            .await?;
         let (sent, written) = *last_try.lock().unwrap_or_else(|e| e.into_inner());
         // A request that failed for good after none failed transiently
         // created nothing.
@@ -232,8 +206,9 @@ impl Engine {
                     "refresh",
                     || async move { Ok(write_if_ours(self, writer, version).await?) },
                     attempt.retry_until,
+                    attempt.stop,
                 )
-                .await;
+                .await?;
             match requests.answered("refresh", corrected)? {
                 Ok(reply) => {
                     version = reply.value.version;
@@ -252,11 +227,16 @@ impl Engine {
 
     /// Reads the object after a failed create and clears it if it is ours
     /// from before or stale.
-    async fn look(&self, attempt: &Attempt, after_create: bool) -> Result<Look> {
+    async fn look(&self, attempt: &Attempt<'_>, after_create: bool) -> Result<Look> {
         let requests = self.requests();
         let read = requests
-            .call_async("read", || self.store.get(), attempt.retry_until)
-            .await;
+            .call_async(
+                "read",
+                || self.store.get(),
+                attempt.retry_until,
+                attempt.stop,
+            )
+            .await?;
         let reply = match requests.answered("read", read)? {
             Ok(reply) => reply,
             Err(other) => return Err(requests.failed("read", other)),
@@ -275,7 +255,7 @@ impl Engine {
             self.log(log::Level::Warn, || {
                 "Lock was already owned by this instance, but was abandoned. Resetting lock".into()
             });
-            self.delete_version(object.version, attempt.retry_until)
+            self.delete_version(object.version, attempt.retry_until, attempt.stop)
                 .await?;
             return Ok(Look::Free);
         }
@@ -285,7 +265,7 @@ impl Engine {
         let expires_at = object.expires_at.unwrap_or(f64::NEG_INFINITY);
         if server_now > expires_at {
             self.log(log::Level::Warn, || "Lock is stale. Resetting lock".into());
-            self.delete_version(object.version, attempt.retry_until)
+            self.delete_version(object.version, attempt.retry_until, attempt.stop)
                 .await?;
             return Ok(Look::Free);
         }
@@ -298,50 +278,60 @@ impl Engine {
     }
 
     /// Deletes exactly `version`: Ok(false) if it had changed or gone.
-    async fn delete_version(&self, version: Version, until: Option<Instant>) -> Result<bool> {
+    async fn delete_version(
+        &self,
+        version: Version,
+        until: Option<Instant>,
+        stop: &AtomicBool,
+    ) -> Result<bool> {
         let requests = self.requests();
         let answer = requests
-            .call_async("delete", || self.store.delete(version), until)
-            .await;
+            .call_async("delete", || self.store.delete(version), until, stop)
+            .await?;
         Ok(requests.answered("delete", answer)?.is_ok())
     }
 
     /// After an acquire failed with `error` while a create of ours may
     /// have landed: reads the object and deletes it if this attempt wrote
-    /// it (not merely someone with the same identity), so it
-    /// does not block everyone until it goes stale. Returns the error to
-    /// report, saying so if the object could not be removed.
-    pub(crate) fn remove_leftover(&self, writer: &Writer, error: Error) -> Error {
-        let removed = runtime::block_on(self.remove_leftover_async(writer, &error));
-        self.leftover_error(removed, error)
-    }
-
-    /// Reads the object and deletes it if `writer` made it (see
-    /// [`Engine::remove_leftover`]), `error` being why the acquire failed.
-    pub(crate) async fn remove_leftover_async(&self, writer: &Writer, error: &Error) -> Result<()> {
+    /// it (not merely someone with the same identity), so it does not
+    /// block everyone until it goes stale. A delete that finds the object
+    /// changed reads it again: a write of ours (the clock's correction) may
+    /// have landed late. Up to [`LEFTOVER_CLEANUP`].
+    async fn remove_leftover(&self, writer: &Writer, error: &Error) -> Result<()> {
         let requests = self.requests();
-        let until = Some(Instant::now() + LEFTOVER_CLEANUP);
-        let read = requests
-            .call_async("read", || self.store.get(), until)
-            .await;
-        match requests.answered("read", read)? {
-            Ok(Reply {
-                value: Some(object),
-                ..
-            }) if writer.made(&object) => {
-                self.delete_version(object.version, until).await?;
+        let until = Instant::now() + LEFTOVER_CLEANUP;
+        loop {
+            let read = requests
+                .call_async("read", || self.store.get(), Some(until), &NO_STOP)
+                .await?;
+            let object = match requests.answered("read", read)? {
+                Ok(Reply {
+                    value: Some(object),
+                    ..
+                }) if writer.made(&object) => object,
+                _ => return Ok(()),
+            };
+            if self
+                .delete_version(object.version, Some(until), &NO_STOP)
+                .await?
+            {
                 self.log(log::Level::Warn, || {
                     format!("Gave back the lock object this attempt had created: {error}")
                 });
-                Ok(())
+                return Ok(());
             }
-            _ => Ok(()),
+            if Instant::now() >= until {
+                return Err(requests.failed(
+                    "delete",
+                    StoreError::Transient("the object kept changing".into()),
+                ));
+            }
         }
     }
 
     /// The error an acquire that failed with `error` reports once its
     /// leftover was `removed` (or not).
-    pub(crate) fn leftover_error(&self, removed: Result<()>, error: Error) -> Error {
+    fn leftover_error(&self, removed: Result<()>, error: Error) -> Error {
         match (removed, error) {
             (Ok(()), error) => error,
             (Err(cleanup), Error::Backend {

@@ -1,34 +1,61 @@
-//! The GCS lock for async callers: the same steps as a blocking wait
-//! (`acquire.rs`), awaited on the caller's runtime with the pauses between
-//! them, so a waiting task holds no thread. A wait dropped at any await
-//! leaves nothing held: a create of its own that may have landed is
-//! removed in the background.
+//! Every GCS acquire, blocking or async: the wait (`acquire.rs`) runs as a
+//! task on lockyard's runtime that the caller awaits (or a blocking caller
+//! blocks on), so a waiting task holds no thread, on any executor. The
+//! wait is never dropped midway (a create on its way may land after its
+//! sender gave up): a caller that goes away (a dropped future, an
+//! interrupt) stops it at its next pause or once its request is answered,
+//! and it then cleans up after itself — removes what a create of its own
+//! may have left, or gives back the hold it took meanwhile. An exiting
+//! process waits for those clean-ups, as for other background work.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
-use super::acquire::{Attempt, Step};
 use super::engine::{Engine, Hold};
 use crate::error::{Error, Result};
 use crate::runtime;
 use crate::wait::{Deadline, NEVER};
 
-/// An acquisition in progress. Dropped before it ended (its future was),
-/// it removes the object its own create may have left.
-struct Acquiring {
-    engine: Arc<Engine>,
-    attempt: Attempt,
-    ended: bool,
+/// How a wait learns that its caller went away.
+#[derive(Default)]
+struct Abandoned {
+    stop: AtomicBool,
+    /// Set with `stop`: the process waits at exit until the wait has
+    /// cleaned up.
+    cleaning_up: Mutex<Option<runtime::Background>>,
 }
 
-impl Drop for Acquiring {
+/// Stops a wait when its caller's future is dropped.
+struct StopOnDrop(Arc<Abandoned>);
+
+impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        if self.ended || !self.attempt.create_in_doubt() {
+        *self.0.cleaning_up.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(runtime::Background::started());
+        self.0.stop.store(true, Ordering::Release);
+    }
+}
+
+/// A wait's outcome on its way to its caller. Dropped before the caller
+/// took the hold out (the caller's future was dropped after the wait
+/// ended), it releases the hold in the background.
+struct Delivery {
+    engine: Arc<Engine>,
+    hold: Option<Hold>,
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        let Some(hold) = self.hold.take() else {
             return;
-        }
-        let (engine, writer) = (self.engine.clone(), self.attempt.writer().clone());
+        };
+        let engine = self.engine.clone();
         runtime::spawn_blocking(move || {
-            let dropped = Error::Interrupted(engine.what.clone());
-            let _ = engine.remove_leftover(&writer, dropped);
+            if let Err(e) = engine.release(hold, NEVER) {
+                engine.log(log::Level::Warn, || {
+                    format!("Giving back a lock taken for a dropped wait failed: {e}")
+                });
+            }
         });
     }
 }
@@ -41,30 +68,20 @@ impl Engine {
         identity: &str,
         deadline: Deadline,
     ) -> Result<Option<Hold>> {
-        runtime::check_on_tokio("acquire", &self.what)?;
-        let Some(attempt) = self.start_attempt(identity, deadline)? else {
-            return Ok(None);
-        };
-        let mut acquiring = Acquiring {
-            engine: self.clone(),
-            attempt,
-            ended: false,
-        };
-        let outcome = loop {
-            match self.step(&mut acquiring.attempt).await {
-                Ok(Step::Held(hold)) => break Ok(Some(hold)),
-                Ok(Step::GaveUp) => break Ok(None),
-                Ok(Step::Pause(wait)) => tokio::time::sleep(wait).await,
-                Err(error) if acquiring.attempt.create_in_doubt() => {
-                    let writer = acquiring.attempt.writer();
-                    let removed = self.remove_leftover_async(writer, &error).await;
-                    break Err(self.leftover_error(removed, error));
-                }
-                Err(error) => break Err(error),
-            }
-        };
-        acquiring.ended = true;
-        outcome
+        let abandoned = Arc::new(Abandoned::default());
+        let _stop = StopOnDrop(abandoned.clone());
+        let (done, waited) = tokio::sync::oneshot::channel();
+        let (engine, identity) = (self.clone(), identity.to_owned());
+        runtime::spawn(async move {
+            let outcome = engine.wait(&identity, deadline, &abandoned.stop).await;
+            // Unreceived (its caller went away as it was granted), the
+            // delivery gives the hold back as it is dropped.
+            let _ = done.send(outcome.map(|hold| Delivery { engine, hold }));
+            // Only now may an exiting process stop waiting for this wait.
+            drop(abandoned);
+        });
+        let delivered = waited.await.unwrap_or_else(|_| Err(self.runtime_gone()));
+        delivered.map(|mut delivery| delivery.hold.take())
     }
 
     /// [`Engine::release`] for an async caller. Dropped before it ends,
@@ -88,11 +105,13 @@ impl Engine {
     ) -> Result<T> {
         let (done, called) = tokio::sync::oneshot::channel();
         runtime::spawn_blocking(move || drop(done.send(call())));
-        called.await.unwrap_or_else(|_| {
-            Err(Error::config(format!(
-                "{}: lockyard's runtime shut down before the call ended",
-                self.what
-            )))
-        })
+        called.await.unwrap_or_else(|_| Err(self.runtime_gone()))
+    }
+
+    fn runtime_gone(&self) -> Error {
+        Error::config(format!(
+            "{}: lockyard's runtime shut down before the call ended",
+            self.what
+        ))
     }
 }

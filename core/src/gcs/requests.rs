@@ -6,6 +6,7 @@
 //! try may have landed.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::clock::ServerClock;
@@ -62,8 +63,8 @@ impl Requests<'_> {
 
     /// Runs a store operation from the caller's thread (the runtime
     /// thread drives its I/O): [`Requests::call_async`], which
-    /// `interrupted` ends (asked at least every 50 ms) with
-    /// [`Error::Interrupted`].
+    /// `interrupted` stops (asked at least every 50 ms) with
+    /// [`Error::Interrupted`] between tries, never cutting one on its way.
     pub(crate) fn call<T, F>(
         self,
         operation: &str,
@@ -75,49 +76,55 @@ impl Requests<'_> {
         T: Send,
         F: Future<Output = Result<Reply<T>, StoreError>> + Send,
     {
-        let calling = self.call_async(operation, request, until);
-        match runtime::block_on_interruptibly(calling, None, interrupted) {
-            runtime::Ended::Done(answer) => Ok(answer),
-            _ => Err(Error::Interrupted(self.what.to_owned())),
-        }
+        let stop = AtomicBool::new(false);
+        let calling = self.call_async(operation, request, until, &stop);
+        runtime::block_on_until_stopped(calling, interrupted, &stop)
     }
 
     /// Runs a store operation with the request timeout. Transient failures
     /// are retried with backoff until `until` (None: for ever), never a
-    /// fixed number of times.
+    /// fixed number of times. Err only when `stop` is set, which is looked
+    /// at before each try: a request on its way may land, so it is awaited.
     pub(crate) async fn call_async<T, F>(
         self,
         operation: &str,
         request: impl Fn() -> F,
         until: Option<Instant>,
-    ) -> Answer<T>
+        stop: &AtomicBool,
+    ) -> Result<Answer<T>>
     where
         F: Future<Output = Result<Reply<T>, StoreError>>,
     {
         let mut wait = RETRY_FIRST_WAIT;
         let mut retried = false;
         loop {
+            // Stopped, a wait sends nothing more: a caller gone away (its
+            // thread may acquire again, as the same identity) must not
+            // delete an object it took for an abandoned one of its own.
+            if stop.load(Ordering::Acquire) {
+                return Err(Error::Interrupted(self.what.to_owned()));
+            }
             let message = match self.ask(request()).await {
                 Ok(reply) => {
-                    return Answer {
+                    return Ok(Answer {
                         result: Ok(reply),
                         retried,
-                    }
+                    })
                 }
                 Err(StoreError::Transient(message)) => message,
                 Err(refusal) => {
-                    return Answer {
+                    return Ok(Answer {
                         result: Err(refusal),
                         retried,
-                    }
+                    })
                 }
             };
             let now = Instant::now();
             if until.is_some_and(|until| now >= until) {
-                return Answer {
+                return Ok(Answer {
                     result: Err(StoreError::Transient(message)),
                     retried: true,
-                };
+                });
             }
             let pause = until.map_or(wait, |until| wait.min(until - now));
             (self.log)(
@@ -127,7 +134,7 @@ impl Requests<'_> {
                     self.what
                 ),
             );
-            tokio::time::sleep(pause).await;
+            pause_unless_stopped(pause, stop, self.what).await?;
             wait = (wait * 2).min(RETRY_MAX_WAIT);
             retried = true;
         }
@@ -169,21 +176,22 @@ async fn with_timeout<T>(
     }
 }
 
-/// Sleeps `wait` in slices, returning early with Interrupted.
-pub(crate) fn sleep_interruptibly(
+/// Sleeps `wait` in slices, returning early with Interrupted once `stop`
+/// is set.
+pub(crate) async fn pause_unless_stopped(
     wait: Duration,
-    interrupted: Interrupt<'_>,
+    stop: &AtomicBool,
     what: &str,
 ) -> Result<()> {
     let until = limits::from_now(wait);
     loop {
-        if interrupted() {
+        if stop.load(Ordering::Acquire) {
             return Err(Error::Interrupted(what.to_owned()));
         }
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Ok(());
         }
-        std::thread::sleep(left.min(INTERRUPT_SLICE));
+        tokio::time::sleep(left.min(INTERRUPT_SLICE)).await;
     }
 }

@@ -46,14 +46,18 @@ class TaskLock:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        """Releases however the block ends, cancellation included; never
-        replaces the block's exception (a failed release is noted on it)."""
+        """Releases however the block ends, cancellation included (even
+        one that comes as the release begins); never replaces the block's
+        exception (a failed release is noted on it)."""
         await self._leave(holder(), exc)
 
     async def _leave(self, key: int, exc: BaseException | None) -> None:
         """Ends the block the holder ``key`` entered."""
         try:
-            await settle(lambda inbox, future: self._native.leave(inbox, future, key))
+            await settle(
+                lambda inbox, future: self._native.leave(inbox, future, key),
+                runs_to_end=True,
+            )
         except Error as failure:
             end_block(exc, failure)
 
@@ -81,7 +85,10 @@ class TaskLock:
         If the lock had been lost meanwhile, logs a warning on the
         ``lockyard`` logger."""
         key = holder()
-        await settle(lambda inbox, future: self._native.release(inbox, future, key))
+        await settle(
+            lambda inbox, future: self._native.release(inbox, future, key),
+            runs_to_end=True,
+        )
 
     async def locked(self) -> bool:
         """Asks the server whether anyone holds the lock."""
