@@ -178,13 +178,14 @@ def rss_kib() -> int:
 
 
 def async_waiters(server: Server, tasks: int) -> dict[str, float]:
-    """`tasks` tasks waiting 3 s on a held lock: threads and RSS they add,
-    and the loop's longest pause between 10 ms ticks meanwhile."""
+    """`tasks` tasks waiting about 3 s on a held lock: threads and RSS
+    they add, and the loop's longest pause between 10 ms ticks meanwhile."""
 
     async def wait() -> dict[str, float]:
         holder = lock(server, "async-held", ttl=60.0)
         holder.acquire()
-        shared = async_lock(server, "async-held", backoff_min=0.05, backoff_max=0.25)
+        # Slow polls: the test server answers one request at a time.
+        shared = async_lock(server, "async-held", backoff_min=1.0, backoff_max=2.0)
         gaps: list[float] = []
 
         async def ticker() -> None:
@@ -198,10 +199,12 @@ def async_waiters(server: Server, tasks: int) -> dict[str, float]:
         ticking = asyncio.ensure_future(ticker())
         await asyncio.sleep(0.2)
         threads, rss = os_threads(), rss_kib()
-        waiters = [
-            asyncio.ensure_future(shared.acquire(timeout=3.0)) for _ in range(tasks)
-        ]
-        await asyncio.sleep(2.0)
+        waiters = []
+        for _ in range(tasks):
+            # Staggered: the test server listens with a backlog of 5.
+            waiters.append(asyncio.ensure_future(shared.acquire(timeout=4.0)))
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.5)
         added_threads, added_rss = os_threads() - threads, rss_kib() - rss
         results = await asyncio.gather(*waiters)
         ticking.cancel()
