@@ -20,6 +20,8 @@ use crate::wait::{Deadline, Interrupt};
 /// How long an acquire that gives up keeps trying to remove an object its
 /// create may have left; past it, the object blocks others until stale.
 const LEFTOVER_CLEANUP: Duration = Duration::from_secs(5);
+/// How often the clean-up reads again for a create that may land late.
+const LEFTOVER_LOOK_AGAIN: Duration = Duration::from_millis(200);
 /// Immediate retries (object vanished, stale object removed) before a wait.
 const IMMEDIATE_RETRIES: u32 = 3;
 
@@ -42,6 +44,9 @@ struct Attempt<'a> {
     /// A create was sent and no read since has shown what became of it:
     /// an object of ours may be on the server with nobody refreshing it.
     create_in_doubt: bool,
+    /// The last try of that create got no answer (timed out, or failed
+    /// on the way): it may still land, later.
+    create_unanswered: bool,
 }
 
 /// Never set: for requests that run to their end.
@@ -92,11 +97,14 @@ impl Engine {
             retry_until: give_up_at.map(|at| at.max(started + SHORTEST_RETRY)),
             stop,
             create_in_doubt: false,
+            create_unanswered: false,
         };
         let outcome = self.wait_for_lock(&mut attempt, give_up_at).await;
         match outcome {
             Err(error) if attempt.create_in_doubt => {
-                let removed = self.remove_leftover(&attempt.writer, &error).await;
+                let removed = self
+                    .remove_leftover(&attempt.writer, &error, attempt.create_unanswered)
+                    .await;
                 Err(self.leftover_error(removed, error))
             }
             other => other,
@@ -112,9 +120,7 @@ impl Engine {
         let mut immediate = 0;
         let mut may_create = true;
         loop {
-            if attempt.stop.load(Ordering::Acquire) {
-                return Err(Error::Interrupted(self.what.clone()));
-            }
+            self.go_on(attempt)?;
             if may_create {
                 self.log(log::Level::Debug, || "Acquiring lock".into());
                 if let Some(hold) = self.try_create(attempt).await? {
@@ -125,6 +131,7 @@ impl Engine {
                     "Error acquiring lock. Investigating why...".into()
                 });
             }
+            self.go_on(attempt)?;
             let look = self.look(attempt, may_create).await?;
             // The read saw the object: whatever a create of ours did is known.
             attempt.create_in_doubt = false;
@@ -167,6 +174,7 @@ impl Engine {
         let last_try = Mutex::new((Stamp::now(), 0.0));
         // Interrupted in a pause after a failed try, it may have landed.
         attempt.create_in_doubt = true;
+        attempt.create_unanswered = true;
         let created = requests
             .call_async(
                 "create",
@@ -184,6 +192,7 @@ impl Engine {
         // A request that failed for good after none failed transiently
         // created nothing.
         attempt.create_in_doubt = created.retried || created.result.is_ok();
+        attempt.create_unanswered = matches!(created.result, Err(StoreError::Transient(_)));
         let reply = match requests.answered("create", created)? {
             Ok(reply) => reply,
             Err(StoreError::PreconditionFailed) => return Ok(None),
@@ -200,6 +209,9 @@ impl Engine {
         // `create_in_doubt` stays set), never kept unrefreshed until its TTL.
         let off = deadline.as_secs_f64() - (sent + self.lease.ttl).as_secs_f64();
         if !clock_was_known && off.abs() > 1.0 {
+            // Stopped, the correction is not sent: the clean-up gives the
+            // object back (`create_in_doubt` is still set).
+            self.go_on(attempt)?;
             let sent = Stamp::now();
             let corrected = requests
                 .call_async(
@@ -223,6 +235,17 @@ impl Engine {
         }
         attempt.create_in_doubt = false;
         Ok(Some(self.hold(attempt.writer.clone(), version, deadline)))
+    }
+
+    /// Ok unless the wait was stopped. Checked before each request: a
+    /// stopped wait sends nothing more (its caller gone, the same thread may
+    /// acquire again as the same identity, and a delete of "an abandoned
+    /// object of ours" would take that new hold).
+    fn go_on(&self, attempt: &Attempt<'_>) -> Result<()> {
+        if attempt.stop.load(Ordering::Acquire) {
+            return Err(Error::Interrupted(self.what.clone()));
+        }
+        Ok(())
     }
 
     /// Reads the object after a failed create and clears it if it is ours
@@ -255,6 +278,7 @@ impl Engine {
             self.log(log::Level::Warn, || {
                 "Lock was already owned by this instance, but was abandoned. Resetting lock".into()
             });
+            self.go_on(attempt)?;
             self.delete_version(object.version, attempt.retry_until, attempt.stop)
                 .await?;
             return Ok(Look::Free);
@@ -265,6 +289,7 @@ impl Engine {
         let expires_at = object.expires_at.unwrap_or(f64::NEG_INFINITY);
         if server_now > expires_at {
             self.log(log::Level::Warn, || "Lock is stale. Resetting lock".into());
+            self.go_on(attempt)?;
             self.delete_version(object.version, attempt.retry_until, attempt.stop)
                 .await?;
             return Ok(Look::Free);
@@ -297,7 +322,12 @@ impl Engine {
     /// block everyone until it goes stale. A delete that finds the object
     /// changed reads it again: a write of ours (the clock's correction) may
     /// have landed late. Up to [`LEFTOVER_CLEANUP`].
-    async fn remove_leftover(&self, writer: &Writer, error: &Error) -> Result<()> {
+    async fn remove_leftover(
+        &self,
+        writer: &Writer,
+        error: &Error,
+        may_land_late: bool,
+    ) -> Result<()> {
         let requests = self.requests();
         let until = Instant::now() + LEFTOVER_CLEANUP;
         loop {
@@ -309,6 +339,12 @@ impl Engine {
                     value: Some(object),
                     ..
                 }) if writer.made(&object) => object,
+                // A create that got no answer may land yet: look again
+                // until the clean-up's time is up.
+                _ if may_land_late && Instant::now() + LEFTOVER_LOOK_AGAIN < until => {
+                    tokio::time::sleep(LEFTOVER_LOOK_AGAIN).await;
+                    continue;
+                }
                 _ => return Ok(()),
             };
             if self

@@ -64,7 +64,7 @@ impl Requests<'_> {
     /// Runs a store operation from the caller's thread (the runtime
     /// thread drives its I/O): [`Requests::call_async`], which
     /// `interrupted` stops (asked at least every 50 ms) with
-    /// [`Error::Interrupted`] between tries, never cutting one on its way.
+    /// [`Error::Interrupted`] in a pause between tries.
     pub(crate) fn call<T, F>(
         self,
         operation: &str,
@@ -83,8 +83,9 @@ impl Requests<'_> {
 
     /// Runs a store operation with the request timeout. Transient failures
     /// are retried with backoff until `until` (None: for ever), never a
-    /// fixed number of times. Err only when `stop` is set, which is looked
-    /// at before each try: a request on its way may land, so it is awaited.
+    /// fixed number of times. Err only when `stop` is set, which ends the
+    /// pauses between tries: the first try is always sent (a release must
+    /// reach the server), and a try on its way, which may land, is awaited.
     pub(crate) async fn call_async<T, F>(
         self,
         operation: &str,
@@ -98,12 +99,6 @@ impl Requests<'_> {
         let mut wait = RETRY_FIRST_WAIT;
         let mut retried = false;
         loop {
-            // Stopped, a wait sends nothing more: a caller gone away (its
-            // thread may acquire again, as the same identity) must not
-            // delete an object it took for an abandoned one of its own.
-            if stop.load(Ordering::Acquire) {
-                return Err(Error::Interrupted(self.what.to_owned()));
-            }
             let message = match self.ask(request()).await {
                 Ok(reply) => {
                     return Ok(Answer {

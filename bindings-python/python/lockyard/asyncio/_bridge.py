@@ -7,6 +7,7 @@ turns readable. Also the holder key of the calling task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import weakref
@@ -56,6 +57,16 @@ def _inbox(loop: asyncio.AbstractEventLoop) -> Completions:
         return inbox
 
 
+def _drain_now(loop: asyncio.AbstractEventLoop) -> None:
+    """Settles what the loop's inbox holds now, as its reader would."""
+    with _inboxes_lock:
+        known = _inboxes.get(loop)
+    inbox = known() if known is not None else None
+    if inbox is not None:
+        with contextlib.suppress(Exception):
+            inbox.drain()
+
+
 async def settle(
     start: Start,
     undo: Callable[[Any], None] | None = None,
@@ -71,6 +82,8 @@ async def settle(
     """
     loop = asyncio.get_running_loop()
     future = loop.create_future()
+    # Not kept in this frame: a frame holding its inbox would keep it, and
+    # what it holds, alive with a coroutine its closed loop never ends.
     pending = start(_inbox(loop), future)
     try:
         return await future
@@ -85,4 +98,7 @@ async def settle(
             # the future's callbacks; the inbox gives its outcome back.
             if not loop.is_closed():
                 future.cancel()
+                # An outcome already in the inbox is given back now, not at
+                # the loop's next read: the task may acquire again at once.
+                _drain_now(loop)
         raise
