@@ -6,9 +6,9 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use super::route::Route;
+use super::route::{Link, Route};
 use super::server::COMMAND_TIMEOUT;
 use crate::clock::Stamp;
 use crate::error::Result;
@@ -70,11 +70,14 @@ impl KeepAlive {
         })
     }
 
-    /// [`KeepAlive::create`] for an async caller, on its runtime.
-    pub(crate) async fn create_async(&self) -> Result<()> {
+    /// [`KeepAlive::create`] for an async caller, on its runtime. Each
+    /// link the create is sent on is left in `sent_on`, for
+    /// [`KeepAlive::delete_behind`].
+    pub(crate) async fn create_async(&self, sent_on: &Mutex<Option<Link>>) -> Result<()> {
         self.route
             .for_task(None, "create session", COMMAND_TIMEOUT, true, |mut link| {
                 let create = self.create_command();
+                *sent_on.lock().unwrap_or_else(|e| e.into_inner()) = Some(link.clone());
                 async move { create.query_async::<()>(&mut link).await }
             })
             .await
@@ -145,6 +148,29 @@ impl KeepAlive {
         self.route.run("destroy session", COMMAND_TIMEOUT, |conn| {
             redis::cmd("DEL").arg(&self.key).query::<()>(conn)
         })
+    }
+
+    /// Deletes the key of a create that may still be on its way, sent on
+    /// `sent_on` by a future since dropped. Its connection may not have
+    /// written the create yet (its driver runs on the caller's runtime),
+    /// and it writes in order: the delete goes on it, to land after the
+    /// create. Through the route if that connection's runtime has ended
+    /// (the create then most likely went nowhere) or it does not answer.
+    pub(crate) async fn delete_behind(&self, sent_on: Option<Link>) -> Result<()> {
+        let mut delete = redis::cmd("DEL");
+        delete.arg(&self.key);
+        if let Some(mut link) = sent_on {
+            let behind = delete.query_async::<()>(&mut link);
+            if let Ok(Ok(())) = tokio::time::timeout(COMMAND_TIMEOUT, behind).await {
+                return Ok(());
+            }
+        }
+        self.route
+            .in_background("destroy session", COMMAND_TIMEOUT, |mut link| {
+                let delete = delete.clone();
+                async move { delete.query_async::<()>(&mut link).await }
+            })
+            .await
     }
 
     /// Renews the session key and every grant under it every ttl/2. A grant

@@ -387,6 +387,7 @@ fn too_many_hops(server: &Server, operation: &str) -> Error {
 /// redirect every command goes out as ASKING + command in one pipeline,
 /// so no other request on the multiplexed connection slips in between.
 /// A script invoked through it keeps redis-rs's NOSCRIPT fallback.
+#[derive(Clone)]
 pub(crate) struct Link {
     conn: MultiplexedConnection,
     asking: bool,

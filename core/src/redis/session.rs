@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use super::keepalive::{KeepAlive, Member, Membership};
-use super::route::Route;
+use super::route::{Link, Route};
 use super::server::server;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -112,27 +112,28 @@ impl SessionBuilder {
     /// connect_timeout over 30 days, or a bad URL,
     /// [`Error::Backend`] if Redis cannot be reached.
     pub fn build(self) -> Result<Session> {
-        let keep_alive = self.keep_alive()?;
+        let keep_alive = Arc::new(self.keep_alive()?);
         keep_alive.create()?;
         Ok(self.start(keep_alive))
     }
 
     /// The async twin of [`SessionBuilder::build`], on the calling task's
-    /// runtime. Dropped before it completes, it deletes the session's key
-    /// (if its create reached Redis) in the background.
+    /// runtime. Dropped before it completes, or failed, it deletes the
+    /// session's key (if its create reached Redis, or is on its way) in the
+    /// background.
     ///
     /// # Errors
     /// Those of [`SessionBuilder::build`]; [`Error::Config`] when awaited
     /// outside a tokio runtime.
     pub async fn build_async(self) -> Result<Session> {
-        let keep_alive = self.keep_alive()?;
-        let mut unfinished = Unfinished(Some(keep_alive));
-        let created = match &unfinished.0 {
-            Some(keep_alive) => keep_alive.create_async().await,
-            None => unreachable!("set just above"),
+        let keep_alive = Arc::new(self.keep_alive()?);
+        let mut unfinished = Unfinished {
+            keep_alive: keep_alive.clone(),
+            sent_on: Mutex::new(None),
+            armed: true,
         };
-        let keep_alive = unfinished.0.take().expect("taken only here");
-        created?;
+        keep_alive.create_async(&unfinished.sent_on).await?;
+        unfinished.armed = false;
         Ok(self.start(keep_alive))
     }
 
@@ -155,8 +156,7 @@ impl SessionBuilder {
     }
 
     /// The session of `keep_alive`, whose key was created: renewed from now on.
-    fn start(self, keep_alive: KeepAlive) -> Session {
-        let keep_alive = Arc::new(keep_alive);
+    fn start(self, keep_alive: Arc<KeepAlive>) -> Session {
         let state = Arc::new(SessionState {
             id: keep_alive.id().to_owned(),
             keep_alive: keep_alive.clone(),
@@ -175,18 +175,30 @@ impl SessionBuilder {
 }
 
 /// A session whose create was sent but not answered when its future was
-/// dropped: its key may be in Redis, and nobody would renew or delete it.
-struct Unfinished(Option<KeepAlive>);
+/// dropped, or answered with a failure: its key may be in Redis, or on its
+/// way there, and nobody would renew or delete it.
+struct Unfinished {
+    keep_alive: Arc<KeepAlive>,
+    sent_on: Mutex<Option<Link>>,
+    armed: bool,
+}
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        if let Some(keep_alive) = self.0.take() {
-            runtime::spawn_blocking(move || {
-                if let Err(e) = keep_alive.delete() {
-                    log::warn!("deleting an unfinished session failed: {e}");
-                }
-            });
+        if !self.armed {
+            return;
         }
+        let keep_alive = self.keep_alive.clone();
+        let sent_on = self
+            .sent_on
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        runtime::spawn_awaited(async move {
+            if let Err(e) = keep_alive.delete_behind(sent_on).await {
+                log::debug!("deleting an unfinished session failed: {e}");
+            }
+        });
     }
 }
 
