@@ -329,7 +329,7 @@ pub(crate) fn alive_tasks() -> usize {
 }
 
 /// How a wait run by [`block_on_interruptibly`] ended.
-#[cfg(any(feature = "gcs", feature = "etcd"))]
+#[cfg(any(feature = "gcs", feature = "etcd", feature = "quorum"))]
 pub(crate) enum Ended<T> {
     Done(T),
     TimedOut,
@@ -340,7 +340,7 @@ pub(crate) enum Ended<T> {
 /// or `interrupted` answers true, asking it between slices of at most
 /// 50 ms. A future given up is dropped there: it must leave its cleanup to
 /// its caller.
-#[cfg(any(feature = "gcs", feature = "etcd"))]
+#[cfg(any(feature = "gcs", feature = "etcd", feature = "quorum"))]
 pub(crate) fn block_on_interruptibly<F>(
     future: F,
     until: Option<Instant>,
@@ -406,7 +406,7 @@ where
 /// blocking API from async code) may not block its thread on a runtime:
 /// tokio panics. Its future then runs on a thread of its own, for this
 /// call only, while the caller's thread waits, as the blocking API says.
-#[cfg(any(feature = "gcs", feature = "etcd"))]
+#[cfg(any(feature = "gcs", feature = "etcd", feature = "quorum"))]
 pub(crate) fn block_on<F>(future: F) -> F::Output
 where
     F: Future + Send,

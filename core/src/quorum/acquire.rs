@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 
 use super::backoff::{backoff, BACKOFF_MAX, UNREACHABLE_BACKOFF_MAX};
 use super::engine::{Hold, Quorum};
-use super::fanout::{Interrupted, Round, POLL};
+use super::fanout::Round;
 use super::node::{acquire, release, Mode, Request};
 use super::tally::{write_quorum, Tally};
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::identity::random_hex;
-use crate::wait::{Deadline, Interrupt};
+use crate::wait::Deadline;
 
 /// Shortest attempt a tight user timeout still allows.
 const MIN_ATTEMPT: Duration = Duration::from_millis(100);
@@ -40,7 +40,7 @@ enum Attempt {
 
 impl Quorum {
     /// The lock in `mode`, for messages.
-    fn describe(&self, mode: Mode) -> String {
+    pub(crate) fn describe(&self, mode: Mode) -> String {
         match mode {
             Mode::Write => format!("the write lock of {}", self.what),
             Mode::Read => format!("a read lock of {}", self.what),
@@ -48,17 +48,23 @@ impl Quorum {
     }
 
     /// Waits until `deadline` (a zero timeout: one attempt) for a grant
-    /// from a quorum. Ok(None) when the deadline passed.
-    pub(crate) fn acquire(
+    /// from a quorum. Ok(None) when the deadline passed. Dropped before it
+    /// ends, it leaves nothing granted: the open attempt's grants are
+    /// released, late ones by the tasks that get them.
+    pub(crate) async fn acquire(
         self: &Arc<Self>,
         mode: Mode,
         identity: &str,
         deadline: Deadline,
-        interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
-        let waited = self.wait_for_grant(mode, identity, deadline, interrupted);
-        if mode == Mode::Write && !matches!(waited, Ok(Some(_))) {
-            self.withdraw(identity);
+        let mut waiting = Waiting {
+            quorum: self,
+            identity,
+            armed: mode == Mode::Write,
+        };
+        let waited = self.wait_for_grant(mode, identity, deadline).await;
+        if matches!(waited, Ok(Some(_))) {
+            waiting.armed = false;
         }
         waited
     }
@@ -68,12 +74,11 @@ impl Quorum {
     /// nodes restart, and a wait with a timeout (or none) should ride that
     /// out; a try-once (zero timeout) reports it at once, and a wait whose
     /// last attempt found too few nodes ends with that error, not a timeout.
-    fn wait_for_grant(
+    async fn wait_for_grant(
         self: &Arc<Self>,
         mode: Mode,
         identity: &str,
         deadline: Deadline,
-        interrupted: Interrupt<'_>,
     ) -> Result<Option<Hold>> {
         if deadline.check()?.spent() {
             return Ok(None);
@@ -83,7 +88,7 @@ impl Quorum {
         loop {
             let mut pause = backoff(attempt, BACKOFF_MAX);
             let mut unreachable = None;
-            match self.attempt(mode, identity, give_up_at, interrupted)? {
+            match self.attempt(mode, identity, give_up_at).await? {
                 Attempt::Held(hold) => return Ok(Some(hold)),
                 Attempt::Adopted if !adopted => {
                     adopted = true;
@@ -104,22 +109,16 @@ impl Quorum {
                 }
                 wake_at = wake_at.min(at);
             }
-            while Instant::now() < wake_at {
-                if interrupted() {
-                    return Err(Error::Interrupted(self.describe(mode)));
-                }
-                std::thread::sleep(wake_at.min(Instant::now() + POLL) - Instant::now());
-            }
+            tokio::time::sleep_until(wake_at.into()).await;
             attempt = attempt.saturating_add(1);
         }
     }
 
-    fn attempt(
+    async fn attempt(
         self: &Arc<Self>,
         mode: Mode,
         identity: &str,
         give_up_at: Option<Instant>,
-        interrupted: Interrupt<'_>,
     ) -> Result<Attempt> {
         let n = self.nodes.len();
         let quorum = self.quorum(mode);
@@ -138,24 +137,20 @@ impl Quorum {
             Some(request.clone()),
             |node| acquire(node, request.clone()),
         );
-        let outcome = round
-            .wait(Some(deadline), interrupted, quorum)
-            .and_then(|tally| {
-                self.wait_on(
-                    &round,
-                    tally,
-                    sent,
-                    deadline,
-                    give_up_at,
-                    interrupted,
-                    quorum,
-                )
-            });
-        let Ok(tally) = outcome else {
-            self.release_granted(&request, &round.close());
-            return Err(Error::Interrupted(self.describe(mode)));
+        // Gives back what the round granted unless it becomes the hold,
+        // however the attempt ends: dropped midway too.
+        let mut open = OpenRound {
+            quorum: self,
+            request: request.clone(),
+            round: round.clone(),
+            armed: true,
         };
+        let tally = round.wait(Some(deadline), quorum).await;
+        let tally = self
+            .wait_on(&round, tally, sent, deadline, give_up_at, quorum)
+            .await;
         if tally.yes >= quorum {
+            open.armed = false;
             let candidate = round.granted().iter().map(|&(_, v)| v).max().unwrap_or(0);
             return Ok(Attempt::Held(self.hold(
                 request,
@@ -165,12 +160,12 @@ impl Quorum {
             )));
         }
         // Grants recorded from here on are released by their own tasks.
-        self.release_granted(&request, &round.close());
+        drop(open);
         if let Some((node, theirs)) = round.other_nodes(&self.nodes) {
             return Err(self.other_node_list(&node, &theirs));
         }
         if tally.recovering == n {
-            self.adopt_new_nodes();
+            self.adopt_new_nodes().await;
             return Ok(Attempt::Adopted);
         }
         // Nodes that said no are up: a quorum of answers without a quorum
@@ -190,9 +185,10 @@ impl Quorum {
     /// Every node is inside its restart guard: none remembers a grant, so
     /// they are new (or all lost their data together, when no lease is
     /// left to protect either): they may grant at once (`adopt.lua`).
-    fn adopt_new_nodes(&self) {
+    async fn adopt_new_nodes(&self) {
         let n = self.nodes.len();
-        self.confirm(0..n, write_quorum(n), |node| node.adopt());
+        self.confirm(0..n, write_quorum(n), |node| node.adopt())
+            .await;
     }
 
     fn other_node_list(&self, node: &str, theirs: &str) -> Error {
@@ -210,19 +206,17 @@ impl Quorum {
 
     /// Waits on past the attempt's deadline when the answers in cannot
     /// tell what the round means yet.
-    #[allow(clippy::too_many_arguments)]
-    fn wait_on(
+    async fn wait_on(
         &self,
         round: &Round,
         tally: Tally,
         sent: Instant,
         deadline: Instant,
         give_up_at: Option<Instant>,
-        interrupted: Interrupt<'_>,
         quorum: usize,
-    ) -> std::result::Result<Tally, Interrupted> {
+    ) -> Tally {
         if tally.yes >= quorum || tally.pending == 0 {
-            return Ok(tally);
+            return tally;
         }
         let until = give_up_at.map(|at| at.max(deadline));
         if tally.answered() < quorum {
@@ -232,7 +226,7 @@ impl Quorum {
             // them. Each request fails by its own timeout at the latest;
             // the caller's deadline, if it comes first, makes the attempt
             // a timeout, never "too few reachable".
-            return round.wait(until, interrupted, quorum);
+            return round.wait(until, quorum).await;
         }
         if tally.recovering == tally.answered() {
             // Every answer so far from a node in its restart guard: the
@@ -240,9 +234,9 @@ impl Quorum {
             // (see `adopt_new_nodes`). Worth a wait on first contact.
             let first_contact = sent + self.request_timeout;
             let until = until.map_or(first_contact, |at| at.min(first_contact));
-            return round.wait(Some(until), interrupted, usize::MAX);
+            return round.wait(Some(until), usize::MAX).await;
         }
-        Ok(tally)
+        tally
     }
 
     /// A fresh uid per attempt; the waiting mark is the holder's own.
@@ -258,8 +252,7 @@ impl Quorum {
         })
     }
 
-    /// A writer that gave up takes its "writer waiting" mark back, so
-    /// readers need not wait for it to lapse. Best effort, not awaited.
+    /// Takes a writer's "writer waiting" mark back (see [`Waiting`]).
     fn withdraw(&self, identity: &str) {
         let request = self.request(Mode::Write, identity);
         self.send(0..self.nodes.len(), |node| node.unlock(request.clone()));
@@ -290,5 +283,40 @@ impl Quorum {
         self.send(granted.iter().map(|&(i, _)| i), |node| {
             release(node, request.clone())
         });
+    }
+}
+
+/// A writer's wait under way: however it ends without the lock (given up,
+/// failed, dropped), it takes its "writer waiting" mark back, so readers
+/// need not wait for the mark to lapse. Best effort, not awaited.
+struct Waiting<'a> {
+    quorum: &'a Quorum,
+    identity: &'a str,
+    armed: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.quorum.withdraw(self.identity);
+        }
+    }
+}
+
+/// An attempt's round that has not become a hold: dropped, it is closed
+/// and what it granted so far is given back.
+struct OpenRound<'a> {
+    quorum: &'a Quorum,
+    request: Arc<Request>,
+    round: Arc<Round>,
+    armed: bool,
+}
+
+impl Drop for OpenRound<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.quorum
+                .release_granted(&self.request, &self.round.close());
+        }
     }
 }

@@ -22,7 +22,7 @@
 //! node that loses its data (restarted without persistence) falls back to
 //! its own clock.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
@@ -63,7 +63,8 @@ pub(crate) struct Hold {
     round: Arc<Round>,
     /// Max fencing value of the granting quorum; the token once sealed.
     candidate: u64,
-    sealed: Mutex<Option<u64>>,
+    /// Held while the token is being sealed: one seal per hold.
+    sealed: tokio::sync::Mutex<Option<u64>>,
     pub(crate) health: Arc<Health>,
     refresher: JoinHandle<()>,
 }
@@ -97,7 +98,7 @@ impl Quorum {
     /// Sends `call` to `targets` and waits, at most one attempt's time,
     /// until `quorum` of them said yes; returns how many did, and the round
     /// (whose requests go on).
-    pub(crate) fn confirm(
+    pub(crate) async fn confirm(
         &self,
         targets: impl IntoIterator<Item = usize>,
         quorum: usize,
@@ -107,10 +108,8 @@ impl Quorum {
             as_answer(call(node))
         });
         let deadline = Instant::now() + self.attempt_timeout;
-        match round.wait(Some(deadline), &|| false, quorum) {
-            Ok(tally) => (tally.yes, round),
-            Err(_) => unreachable!("never interrupted"),
-        }
+        let tally = round.wait(Some(deadline), quorum).await;
+        (tally.yes, round)
     }
 
     /// A hold of what `round` granted, kept alive from now on by its own
@@ -134,7 +133,7 @@ impl Quorum {
             request,
             round,
             candidate,
-            sealed: Mutex::new(None),
+            sealed: tokio::sync::Mutex::new(None),
             health,
             refresher,
         }
@@ -143,13 +142,28 @@ impl Quorum {
     /// Gives the grants back; Ok(false) when a quorum of them had already
     /// been lost (what the lock protected may have been touched meanwhile).
     pub(crate) fn release(&self, hold: &Hold) -> Result<bool> {
+        runtime::block_on(self.release_async(hold))
+    }
+
+    /// [`Quorum::release`] for an async caller. The grants are closed at
+    /// its first poll: dropped after that, the nodes that it did not hear
+    /// from are asked again in the background.
+    pub(crate) async fn release_async(&self, hold: &Hold) -> Result<bool> {
         hold.refresher.abort();
         let granted = hold.round.close();
         let quorum = self.quorum(hold.mode);
-        let (released, round) = self.confirm(granted.iter().map(|&(i, _)| i), quorum, |node| {
-            release(node, hold.request.clone())
+        let targets = granted.iter().map(|&(i, _)| i);
+        let releasing = Round::start(&self.nodes, targets, self.request_timeout, None, |node| {
+            as_answer(release(node, hold.request.clone()))
         });
-        self.retry_release(hold, round);
+        let retry = RetryRelease {
+            quorum: self,
+            hold,
+            round: releasing.clone(),
+        };
+        let deadline = Instant::now() + self.attempt_timeout;
+        let released = releasing.wait(Some(deadline), quorum).await.yes;
+        drop(retry);
         Ok(released >= quorum)
     }
 
@@ -170,10 +184,16 @@ impl Quorum {
     /// The write hold's fencing token, sealed on a write quorum first (see
     /// the module docs). Read holds have none.
     pub(crate) fn fencing_token(&self, hold: &Hold) -> Result<Option<u64>> {
+        runtime::block_on(self.fencing_token_async(hold))
+    }
+
+    /// [`Quorum::fencing_token`] for an async caller. Dropped before the
+    /// seal is confirmed, the token stays unsealed (and unread).
+    pub(crate) async fn fencing_token_async(&self, hold: &Hold) -> Result<Option<u64>> {
         if hold.mode == Mode::Read {
             return Ok(None);
         }
-        let mut sealed = hold.sealed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sealed = hold.sealed.lock().await;
         if let Some(token) = *sealed {
             return Ok(Some(token));
         }
@@ -181,9 +201,11 @@ impl Quorum {
         let quorum = self.quorum(Mode::Write);
         let token = hold.candidate;
         let targets = hold.round.granted().into_iter().map(|(i, _)| i);
-        let (recorded, _) = self.confirm(targets, quorum, |node| {
-            node.seal(hold.request.clone(), token)
-        });
+        let (recorded, _) = self
+            .confirm(targets, quorum, |node| {
+                node.seal(hold.request.clone(), token)
+            })
+            .await;
         if recorded < quorum {
             return Err(Error::LockUnhealthy {
                 what: self.what.clone(),
@@ -194,6 +216,20 @@ impl Quorum {
         }
         *sealed = Some(token);
         Ok(Some(token))
+    }
+}
+
+/// Asks again, in the background, the nodes a release did not hear from,
+/// once the release stops listening (done, or dropped).
+struct RetryRelease<'a> {
+    quorum: &'a Quorum,
+    hold: &'a Hold,
+    round: Arc<Round>,
+}
+
+impl Drop for RetryRelease<'_> {
+    fn drop(&mut self) {
+        self.quorum.retry_release(self.hold, self.round.clone());
     }
 }
 

@@ -10,22 +10,22 @@
 //! before the close is the caller's to release, a grant (or an answer
 //! that may hide one) recorded after it is released by its own task.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use super::node::{release, Grant, NetLocker, Reply, Request};
 use super::tally::{granted, tally, Answer, Tally};
 use crate::error::{Error, Result};
 use crate::runtime;
-use crate::wait::Interrupt;
 
-/// Longest sleep between two looks at an interrupt check or at the
-/// answers still on their way.
+/// Longest sleep between two looks at the answers still on their way.
 pub(crate) const POLL: Duration = Duration::from_millis(50);
 
 pub(crate) struct Round {
     state: Mutex<State>,
-    changed: Condvar,
+    changed: Notify,
     /// For acquire rounds: what to release when a grant comes too late.
     undo: Option<Arc<Request>>,
 }
@@ -61,7 +61,7 @@ impl Round {
                 closed: false,
                 quorum: usize::MAX,
             }),
-            changed: Condvar::new(),
+            changed: Notify::new(),
             undo,
         });
         let requests: Vec<_> = targets
@@ -115,7 +115,7 @@ impl Round {
         let decided = tally(&state.answers).decides(state.quorum);
         drop(state);
         if decided {
-            self.changed.notify_all();
+            self.changed.notify_waiters();
         }
         undo
     }
@@ -124,43 +124,33 @@ impl Round {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Blocks until `quorum` nodes said yes, a quorum of answers ruled that
+    /// Waits until `quorum` nodes said yes, a quorum of answers ruled that
     /// out, every answer is in, or `deadline` passed (None: no deadline;
     /// every request ends by its request timeout); the caller tells
     /// "denied" (a quorum answered) from "too few reachable" by the tally.
-    /// `interrupted` is polled at least every 50 ms, never while the
-    /// round's mutex is held.
-    pub(crate) fn wait(
-        &self,
-        deadline: Option<Instant>,
-        interrupted: Interrupt<'_>,
-        quorum: usize,
-    ) -> std::result::Result<Tally, Interrupted> {
-        let mut next_poll = Instant::now() + POLL;
-        let mut state = self.lock();
-        state.quorum = quorum;
+    /// Dropped, it leaves the round as it is (see [`Round::close`]).
+    pub(crate) async fn wait(&self, deadline: Option<Instant>, quorum: usize) -> Tally {
         loop {
-            let now = tally(&state.answers);
-            if now.decides(quorum) || deadline.is_some_and(|at| Instant::now() >= at) {
-                return Ok(now);
-            }
-            if Instant::now() >= next_poll {
-                drop(state);
-                if interrupted() {
-                    return Err(Interrupted);
+            // Listening before looking: an answer recorded in between
+            // still wakes this wait.
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut state = self.lock();
+                state.quorum = quorum;
+                let now = tally(&state.answers);
+                if now.decides(quorum) || deadline.is_some_and(|at| Instant::now() >= at) {
+                    return now;
                 }
-                next_poll = Instant::now() + POLL;
-                state = self.lock();
-                continue;
             }
-            let left = deadline
-                .map_or(next_poll, |at| at.min(next_poll))
-                .saturating_duration_since(Instant::now());
-            state = self
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            match deadline {
+                None => changed.await,
+                Some(at) => {
+                    let at = tokio::time::Instant::from_std(at);
+                    let _ = tokio::time::timeout_at(at, changed).await;
+                }
+            }
         }
     }
 
@@ -229,10 +219,6 @@ impl Round {
             .count()
     }
 }
-
-/// The caller's interrupt check fired.
-#[derive(Debug)]
-pub(crate) struct Interrupted;
 
 /// Runs `call` on `targets` in parallel from a task on the runtime; each request is bounded by `request_timeout`, so
 /// a stopped node delays the result by at most that much. Dropping the

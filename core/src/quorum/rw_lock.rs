@@ -9,10 +9,14 @@ use super::guards::{Guard, Guarded, ReadGuard, WriteGuard};
 use super::node::{Mode, NetLocker, RedisNode};
 use crate::error::{Error, Result};
 use crate::holds::PerHolder;
-use crate::identity::{holder_identity, holder_number, random_hex};
+use crate::identity::{
+    as_holder_number, binding_holder, holder_identity, holder_number, random_hex,
+    task_holder_number,
+};
 use crate::lease::{Lease, LeaseOptions, DEFAULT_TTL};
 use crate::limits;
 use crate::redis::{check_name, server};
+use crate::runtime::{self, Ended};
 use crate::wait::{Deadline, Interrupt, NEVER};
 
 /// The most nodes a lock may span (as dsync).
@@ -275,10 +279,13 @@ impl RwLock {
     ) -> Result<()> {
         self.holds.acquire(holder_number(), deadline, || {
             let identity = holder_identity(&self.prefix);
-            let hold = self
-                .quorum
-                .acquire(mode, &identity, deadline, interrupted)?;
-            Ok(hold.map(Arc::new))
+            let waiting = self.quorum.acquire(mode, &identity, deadline);
+            // Given up, the wait is dropped: it gives back what it holds.
+            match runtime::block_on_interruptibly(waiting, None, interrupted) {
+                Ended::Done(hold) => Ok(hold?.map(Arc::new)),
+                Ended::Interrupted => Err(Error::Interrupted(self.quorum.describe(mode))),
+                Ended::TimedOut => unreachable!("the wait has no time limit of its own"),
+            }
         })
     }
 
@@ -337,6 +344,149 @@ impl RwLock {
         self.hold().is_some()
     }
 
+    /// Gives the calling thread's hold back in the background and returns
+    /// at once (a binding's holder that must not block).
+    pub fn leave_in_background(&self) {
+        self.holds.leave_in_background(holder_number());
+    }
+
+    /// The async twin of [`RwLock::write`]: waits up to `timeout` (None:
+    /// forever) on the calling task's runtime, holding no thread, and
+    /// returns a guard of the task's hold. Each task is a holder, as each
+    /// thread is for [`RwLock::write`]. Dropping the future before it
+    /// completes leaves nothing granted; dropping the guard gives the lock
+    /// back in the background, never blocking the executor
+    /// ([`WriteGuard::release_async`] waits for the answer instead).
+    ///
+    /// # Errors
+    /// Those of [`RwLock::write`]; [`Error::AlreadyLocked`] if the calling
+    /// task holds it already; [`Error::Config`] when awaited outside a
+    /// tokio runtime.
+    pub async fn write_async(&self, timeout: Option<Duration>) -> Result<WriteGuard<'_>> {
+        let holder = task_holder_number();
+        self.take_async(holder, Mode::Write, Deadline::after(timeout))
+            .await?;
+        Ok(WriteGuard(Guard::for_task(self, holder)))
+    }
+
+    /// The async twin of [`RwLock::read`], like [`RwLock::write_async`].
+    ///
+    /// # Errors
+    /// Those of [`RwLock::write_async`].
+    pub async fn read_async(&self, timeout: Option<Duration>) -> Result<ReadGuard<'_>> {
+        let holder = task_holder_number();
+        self.take_async(holder, Mode::Read, Deadline::after(timeout))
+            .await?;
+        Ok(ReadGuard(Guard::for_task(self, holder)))
+    }
+
+    /// [`RwLock::write_async`] with the builder's `timeout`.
+    ///
+    /// # Errors
+    /// Those of [`RwLock::write_async`].
+    pub async fn write_lock_async(&self) -> Result<WriteGuard<'_>> {
+        self.write_async(self.default_timeout).await
+    }
+
+    /// [`RwLock::read_async`] with the builder's `timeout`.
+    ///
+    /// # Errors
+    /// Those of [`RwLock::write_async`].
+    pub async fn read_lock_async(&self) -> Result<ReadGuard<'_>> {
+        self.read_async(self.default_timeout).await
+    }
+
+    /// The async twin of [`RwLock::release`], for the calling task's hold.
+    /// Dropped before the answer, the release finishes in the background.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if the calling task holds nothing.
+    pub async fn release_async(&self) -> Result<bool> {
+        self.release_holder_async(task_holder_number()).await
+    }
+
+    /// The async twin of [`RwLock::fencing_token`], for the calling task's
+    /// hold.
+    ///
+    /// # Errors
+    /// Those of [`RwLock::fencing_token`].
+    pub async fn fencing_token_async(&self) -> Result<Option<u64>> {
+        self.fencing_token_of(task_holder_number()).await
+    }
+
+    /// The write lock (`write`) or a read lock for the holder `key` (as
+    /// [`crate::as_holder`] takes), until `deadline`: for a binding whose
+    /// holders are not tokio tasks (asyncio Tasks). It reads the hold with
+    /// `as_holder(key, ...)` and ends it with [`RwLock::release_for_async`]
+    /// or [`RwLock::leave_for_async`].
+    ///
+    /// # Errors
+    /// Those of [`RwLock::write_async`]; [`Error::Timeout`] when the
+    /// deadline passes.
+    pub async fn acquire_for_async(&self, key: u64, write: bool, deadline: Deadline) -> Result<()> {
+        let mode = if write { Mode::Write } else { Mode::Read };
+        self.take_async(binding_holder(key), mode, deadline).await
+    }
+
+    /// [`RwLock::release_async`] for the holder `key`.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if `key` holds nothing.
+    pub async fn release_for_async(&self, key: u64) -> Result<bool> {
+        self.release_holder_async(binding_holder(key)).await
+    }
+
+    /// The async twin of [`RwLock::leave`], for the holder `key`: Ok(true)
+    /// in a process forked inside the block, whose hold is the parent's.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if `key` holds nothing.
+    pub async fn leave_for_async(&self, key: u64) -> Result<bool> {
+        match self.holds.leave_out(binding_holder(key))? {
+            Some(hold) => self.give_back_async(hold).await,
+            None => Ok(true),
+        }
+    }
+
+    /// [`RwLock::fencing_token_async`] for the holder `key`.
+    ///
+    /// # Errors
+    /// Those of [`RwLock::fencing_token`].
+    pub async fn fencing_token_for_async(&self, key: u64) -> Result<Option<u64>> {
+        self.fencing_token_of(binding_holder(key)).await
+    }
+
+    async fn take_async(&self, holder: u64, mode: Mode, deadline: Deadline) -> Result<()> {
+        let identity = as_holder_number(holder, || holder_identity(&self.prefix));
+        let quorum = self.quorum.clone();
+        let taking = async move {
+            runtime::check_on_tokio(&quorum.describe(mode), "its nodes")?;
+            Ok(quorum
+                .acquire(mode, &identity, deadline)
+                .await?
+                .map(Arc::new))
+        };
+        self.holds.acquire_async(holder, deadline, taking).await
+    }
+
+    pub(super) async fn release_holder_async(&self, holder: u64) -> Result<bool> {
+        let hold = self.holds.take_out(holder)?;
+        self.give_back_async(hold).await
+    }
+
+    /// Gives `hold` back; dropped before the answer, the nodes not heard
+    /// from are asked again in the background.
+    async fn give_back_async(&self, hold: Arc<Hold>) -> Result<bool> {
+        self.holds.released(self.quorum.release_async(&hold).await)
+    }
+
+    pub(super) async fn fencing_token_of(&self, holder: u64) -> Result<Option<u64>> {
+        match self.holds.with(holder, Arc::clone) {
+            None => Ok(None),
+            Some(hold) => self.quorum.fencing_token_async(&hold).await,
+        }
+    }
+
     /// Gives back every hold of this process in the background and returns
     /// at once: for a lock about to be dropped where blocking is not allowed
     /// (a garbage collector's finalizer). The drop then finds nothing left.
@@ -382,5 +532,8 @@ impl Guarded for RwLock {
     }
     fn fencing_token(&self) -> Result<Option<u64>> {
         RwLock::fencing_token(self)
+    }
+    fn leave_in_background(&self) {
+        RwLock::leave_in_background(self)
     }
 }
