@@ -50,24 +50,11 @@ impl QuorumRwLock {
         connect_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let name = text("name", name)?;
-        if urls.is_instance_of::<pyo3::types::PyString>() {
-            return Err(error::config(
-                py,
-                "urls must be a list of URLs, not one str".into(),
-            ));
-        }
-        let urls = urls
-            .try_iter()
-            .map_err(|_| error::config(py, "urls must be a list of str".into()))?
-            .map(|url| text("urls", &url?))
-            .collect::<PyResult<Vec<String>>>()?;
-        let builder = lease_options(
-            lockyard::quorum::RwLock::builder(urls, name.clone())
-                .timeout(optional_seconds("timeout", timeout)?),
-            ttl,
-            refresh_interval,
-            max_refresh_fails,
-            connect_timeout,
+        let builder = rw_lock_builder(
+            py,
+            urls,
+            &name,
+            [ttl, timeout, refresh_interval, max_refresh_fails, connect_timeout],
         )?;
         Ok(QuorumRwLock {
             lock: Unlocked::build(py, || builder.build())?,
@@ -155,6 +142,37 @@ impl QuorumRwLock {
             self.name
         ))
     }
+}
+
+/// The core builder for the constructor's arguments: `urls`, `name`, and
+/// `[ttl, timeout, refresh_interval, max_refresh_fails, connect_timeout]`
+/// (shared with ``lockyard.asyncio.quorum.RwLock``).
+pub(crate) fn rw_lock_builder(
+    py: Python<'_>,
+    urls: &Bound<'_, PyAny>,
+    name: &str,
+    [ttl, timeout, refresh_interval, max_refresh_fails, connect_timeout]: [Option<&Bound<'_, PyAny>>;
+        5],
+) -> PyResult<lockyard::quorum::RwLockBuilder> {
+    if urls.is_instance_of::<pyo3::types::PyString>() {
+        return Err(error::config(
+            py,
+            "urls must be a list of URLs, not one str".into(),
+        ));
+    }
+    let urls = urls
+        .try_iter()
+        .map_err(|_| error::config(py, "urls must be a list of str".into()))?
+        .map(|url| text("urls", &url?))
+        .collect::<PyResult<Vec<String>>>()?;
+    lease_options(
+        lockyard::quorum::RwLock::builder(urls, name)
+            .timeout(optional_seconds("timeout", timeout)?),
+        ttl,
+        refresh_interval,
+        max_refresh_fails,
+        connect_timeout,
+    )
 }
 
 impl QuorumRwLock {

@@ -19,6 +19,7 @@ __all__ = [
     "AsyncRedisElection",
     "AsyncRedisObserver",
     "AsyncRedisWaitGroup",
+    "AsyncRwLock",
     "Completions",
     "EtcdElection",
     "EtcdLock",
@@ -36,6 +37,7 @@ __all__ = [
     "RedisWaitGroup",
     "__version__",
     "async_gcs_lock",
+    "async_quorum_rw_lock",
     "async_redis_lock",
     "end_block",
     "etcd_claim",
@@ -547,6 +549,41 @@ class AsyncLock:
     def check_health(self, key: int) -> None: ...
     def fencing_token(self, key: int) -> int | None: ...
     def identity(self, key: int) -> str: ...
+
+def async_quorum_rw_lock(
+    urls: Sequence[str],
+    name: str,
+    ttl: float | None = None,
+    timeout: float | None = None,
+    *,
+    refresh_interval: float | None = None,
+    max_refresh_fails: int | None = None,
+    connect_timeout: float | None = None,
+) -> AsyncRwLock: ...
+@final
+class AsyncRwLock:
+    """The native half of ``lockyard.asyncio.quorum.RwLock``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def nodes(self) -> list[str]: ...
+    def enter(self, inbox: Completions, future: Any, key: int, write: bool) -> Pending: ...
+    def acquire(
+        self,
+        inbox: Completions,
+        future: Any,
+        key: int,
+        write: bool,
+        timeout: float | None,
+    ) -> Pending: ...
+    def release(self, inbox: Completions, future: Any, key: int) -> Pending: ...
+    def leave(self, inbox: Completions, future: Any, key: int) -> Pending: ...
+    def leave_in_background(self, key: int) -> None: ...
+    def fencing_token(self, inbox: Completions, future: Any, key: int) -> Pending: ...
+    def healthy(self, key: int) -> bool: ...
+    def check_health(self, key: int) -> None: ...
+    def held(self, key: int) -> bool: ...
 
 @final
 class AsyncRedisWaitGroup:

@@ -13,6 +13,6 @@ Sync and async holders of one name exclude each other and queue in one
 line, in arrival order.
 
 ``lockyard.asyncio.redis`` has the Redis ``Lock``, ``WaitGroup``,
-``Session``, ``Election`` and ``exclusive``; ``lockyard.asyncio.gcs`` the
-GCS ``Lock``.
+``Session``, ``Election`` and ``exclusive``; ``lockyard.asyncio.quorum``
+the quorum ``RwLock``; ``lockyard.asyncio.gcs`` the GCS ``Lock``.
 """
