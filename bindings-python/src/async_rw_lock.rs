@@ -55,7 +55,13 @@ pub(crate) fn async_quorum_rw_lock(
         py,
         urls,
         &name,
-        [ttl, timeout, refresh_interval, max_refresh_fails, connect_timeout],
+        [
+            ttl,
+            timeout,
+            refresh_interval,
+            max_refresh_fails,
+            connect_timeout,
+        ],
     )?;
     let lock = builder.build().map_err(|e| error::to_py(py, e))?;
     Ok(AsyncRwLock {

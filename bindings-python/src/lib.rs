@@ -50,7 +50,10 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("AsyncLock", module.py().get_type::<async_lock::AsyncLock>())?;
     module.add_function(wrap_pyfunction!(async_lock::async_redis_lock, module)?)?;
     module.add_function(wrap_pyfunction!(async_lock::async_gcs_lock, module)?)?;
-    module.add("AsyncRwLock", module.py().get_type::<async_rw_lock::AsyncRwLock>())?;
+    module.add(
+        "AsyncRwLock",
+        module.py().get_type::<async_rw_lock::AsyncRwLock>(),
+    )?;
     module.add_function(wrap_pyfunction!(
         async_rw_lock::async_quorum_rw_lock,
         module

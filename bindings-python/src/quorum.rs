@@ -54,7 +54,13 @@ impl QuorumRwLock {
             py,
             urls,
             &name,
-            [ttl, timeout, refresh_interval, max_refresh_fails, connect_timeout],
+            [
+                ttl,
+                timeout,
+                refresh_interval,
+                max_refresh_fails,
+                connect_timeout,
+            ],
         )?;
         Ok(QuorumRwLock {
             lock: Unlocked::build(py, || builder.build())?,
