@@ -226,6 +226,19 @@ pub(crate) fn spawn_blocking(work: impl FnOnce() + Send + 'static) {
     }));
 }
 
+/// Runs `call`, which may block, on the runtime's pool of blocking threads
+/// and awaits its outcome: for an async caller of a blocking operation.
+/// Dropped meanwhile, `call` runs to its end all the same. None if the
+/// runtime shut down before it ended.
+#[cfg(any(feature = "redis", feature = "gcs"))]
+pub(crate) async fn unblocked<T: Send + 'static>(
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (done, called) = tokio::sync::oneshot::channel();
+    spawn_blocking(move || drop(done.send(call())));
+    called.await.ok()
+}
+
 thread_local! {
     /// Set on the runtime's own blocking threads, which may block on it
     /// (see [`block_on`]).

@@ -103,9 +103,9 @@ impl Engine {
         &self,
         call: impl FnOnce() -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let (done, called) = tokio::sync::oneshot::channel();
-        runtime::spawn_blocking(move || drop(done.send(call())));
-        called.await.unwrap_or_else(|_| Err(self.runtime_gone()))
+        runtime::unblocked(call)
+            .await
+            .unwrap_or_else(|| Err(self.runtime_gone()))
     }
 
     fn runtime_gone(&self) -> Error {

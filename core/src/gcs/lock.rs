@@ -170,7 +170,11 @@ impl Lock {
     }
 
     fn give_back(&self, hold: Hold, interrupted: Interrupt<'_>) -> Result<bool> {
-        let released = self.engine.release(hold, interrupted);
+        self.note_released(self.engine.release(hold, interrupted))
+    }
+
+    /// Logs a release the bucket confirmed, as the gem does.
+    fn note_released(&self, released: Result<bool>) -> Result<bool> {
         if let Ok(true) = released {
             self.engine.log(log::Level::Debug, || "Unlocked".into());
         }
@@ -320,11 +324,8 @@ impl Lock {
     }
 
     async fn give_back_async(&self, hold: Hold) -> Result<bool> {
-        let released = self.holds.released(self.engine.release_async(hold).await);
-        if let Ok(true) = released {
-            self.engine.log(log::Level::Debug, || "Unlocked".into());
-        }
-        released
+        let released = self.engine.release_async(hold).await;
+        self.note_released(self.holds.released(released))
     }
 
     /// The calling thread's holder identity, as stored in the object.

@@ -31,6 +31,18 @@ const RECHECK: Duration = Duration::from_millis(500);
 /// Longest single blocking read; bounds how late an interrupt is noticed.
 const READ_SLICE: Duration = Duration::from_millis(50);
 
+/// How long an observer's next read may block: [`READ_SLICE`], cut to
+/// the caller's deadline; None once that passed.
+fn read_slice(give_up_at: Option<Instant>) -> Option<Duration> {
+    match give_up_at {
+        None => Some(READ_SLICE),
+        Some(at) => match at.saturating_duration_since(Instant::now()) {
+            left if left.is_zero() => None,
+            left => Some(left.min(READ_SLICE)),
+        },
+    }
+}
+
 /// Campaigning for and observing the leadership of `name`.
 ///
 /// ```no_run
@@ -288,14 +300,9 @@ impl Observer {
                 };
                 self.next_recheck = Instant::now() + RECHECK;
             }
-            let mut slice = READ_SLICE;
-            if let Some(at) = give_up_at {
-                let left = at.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(None);
-                }
-                slice = slice.min(left);
-            }
+            let Some(slice) = read_slice(give_up_at) else {
+                return Ok(None);
+            };
             match self.read(&caller, &last_id, slice) {
                 // The deadline came while the read was unanswered.
                 Err(Error::Timeout { .. }) => return Ok(None),

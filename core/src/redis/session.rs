@@ -281,14 +281,15 @@ impl Session {
     /// # Errors
     /// Those of [`Session::destroy`].
     pub async fn destroy_async(&self) -> Result<()> {
-        let (done, ended) = tokio::sync::oneshot::channel();
-        self.end_in_background(|ended| drop(done.send(ended)));
-        ended.await.unwrap_or_else(|_| {
-            Err(Error::config(format!(
-                "destroying {} did not finish: lockyard's runtime shut down",
-                self.state.what()
-            )))
-        })
+        let (state, first) = (self.state.clone(), self.state.mark_destroyed());
+        runtime::unblocked(move || state.end_destroy(first))
+            .await
+            .unwrap_or_else(|| {
+                Err(Error::config(format!(
+                    "destroying {} did not finish: lockyard's runtime shut down",
+                    self.state.what()
+                )))
+            })
     }
 
     /// Destroys the session as a drop does, on the runtime's blocking
@@ -296,27 +297,11 @@ impl Session {
     /// blocking is not allowed (a garbage collector's finalizer). The drop
     /// then finds it destroyed.
     pub fn destroy_in_background(&self) {
-        let id = self.state.id.clone();
-        self.end_in_background(move |ended| {
-            if let Err(e) = ended {
-                log::warn!("destroying session {id} failed: {e}");
-            }
-        });
-    }
-
-    /// Marks the session destroyed now and ends it on the runtime's
-    /// blocking threads, as [`Session::destroy`] does, handing the outcome
-    /// to `report`.
-    fn end_in_background(&self, report: impl FnOnce(Result<()>) + Send + 'static) {
-        let first = self.state.mark_destroyed();
-        let state = self.state.clone();
+        let (state, first) = (self.state.clone(), self.state.mark_destroyed());
         runtime::spawn_blocking(move || {
-            report(if first {
-                state.finish_destroy()
-            } else {
-                state.wait_ended();
-                Ok(())
-            });
+            if let Err(e) = state.end_destroy(first) {
+                log::warn!("destroying session {} failed: {e}", state.id);
+            }
         });
     }
 
@@ -397,15 +382,21 @@ impl SessionState {
     /// Destroys the session once: a later call waits until the first one
     /// (of this process) has ended it, then does nothing.
     fn destroy(&self) -> Result<()> {
-        if !self.mark_destroyed() {
+        self.end_destroy(self.mark_destroyed())
+    }
+
+    /// Ends the session [`SessionState::mark_destroyed`] marked, and wakes
+    /// the destroys waiting for that.
+    /// Ends a destroy marked with [`SessionState::mark_destroyed`]: the
+    /// `first` one does the work, a later one waits for it.
+    fn end_destroy(&self, first: bool) -> Result<()> {
+        if !first {
             self.wait_ended();
             return Ok(());
         }
         self.finish_destroy()
     }
 
-    /// Ends the session [`SessionState::mark_destroyed`] marked, and wakes
-    /// the destroys waiting for that.
     fn finish_destroy(&self) -> Result<()> {
         let ended = self.end();
         *self.ending.lock().unwrap_or_else(|e| e.into_inner()) = None;

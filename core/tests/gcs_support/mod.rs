@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod lands_late;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};

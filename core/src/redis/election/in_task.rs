@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Election, Observer, READ_SLICE, RECHECK};
+use super::{read_slice, Election, Observer, RECHECK};
 use crate::error::{Error, Result};
 use crate::redis::server::COMMAND_TIMEOUT;
 use crate::redis::Term;
@@ -93,14 +93,9 @@ impl Observer {
                 };
                 self.next_recheck = Instant::now() + RECHECK;
             }
-            let mut slice = READ_SLICE;
-            if let Some(at) = give_up_at {
-                let left = at.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(None);
-                }
-                slice = slice.min(left);
-            }
+            let Some(slice) = read_slice(give_up_at) else {
+                return Ok(None);
+            };
             let read = self
                 .semaphore
                 .route()
