@@ -202,7 +202,6 @@ where
 /// Runs `future` in the background, like [`spawn`], and makes an exiting
 /// process wait for it (see [`Background`]): for a delete that must reach
 /// the server even when the process ends right after asking for it.
-#[cfg(any(feature = "etcd", feature = "redis"))]
 pub(crate) fn spawn_awaited<F>(future: F)
 where
     F: Future<Output = ()> + Send + 'static,

@@ -14,74 +14,13 @@
 
 mod gcs_support;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use gcs_support::lands_late::LandsLate;
 use gcs_support::{builder, FaithfulStore};
-use lockyard::gcs::{LockObject, Metadata, Store, StoreError, StoreFuture, Version};
 use lockyard::Error;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-/// The faithful store, except that the next create reaches the server and
-/// lands only `late` after it was sent, whatever becomes of its sender in
-/// between. Copied from `gcs_review10.rs`.
-struct LandsLate {
-    inner: Arc<FaithfulStore>,
-    create_lands_after: Mutex<Option<Duration>>,
-}
-
-impl LandsLate {
-    fn new(inner: &Arc<FaithfulStore>) -> Arc<LandsLate> {
-        Arc::new(LandsLate {
-            inner: inner.clone(),
-            create_lands_after: Mutex::new(None),
-        })
-    }
-
-    fn next_create_lands_after(&self, late: Duration) {
-        *self.create_lands_after.lock().unwrap() = Some(late);
-    }
-}
-
-impl Store for LandsLate {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn create(&self, metadata: Metadata) -> StoreFuture<'_, LockObject> {
-        let Some(late) = self.create_lands_after.lock().unwrap().take() else {
-            return self.inner.create(metadata);
-        };
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        let inner = self.inner.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(late);
-            let server = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build()
-                .unwrap();
-            let _ = answer.send(server.block_on(inner.create(metadata)));
-        });
-        Box::pin(async move {
-            answered
-                .await
-                .unwrap_or_else(|_| Err(StoreError::Transient("no reply".into())))
-        })
-    }
-
-    fn get(&self) -> StoreFuture<'_, Option<LockObject>> {
-        self.inner.get()
-    }
-
-    fn update(&self, expected: Version, metadata: Metadata) -> StoreFuture<'_, LockObject> {
-        self.inner.update(expected, metadata)
-    }
-
-    fn delete(&self, expected: Version) -> StoreFuture<'_, ()> {
-        self.inner.delete(expected)
-    }
-}
 
 /// Polls (up to `limit`) until the store holds no object.
 fn gone_within(store: &FaithfulStore, limit: Duration) -> bool {

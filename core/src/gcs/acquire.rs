@@ -18,9 +18,11 @@ use crate::runtime;
 use crate::wait::{Deadline, Interrupt};
 
 /// How long an acquire that gives up keeps trying to remove an object its
-/// create may have left; past it, the object blocks others until stale.
+/// create may have left, and how long after a create's try that got no
+/// answer (or was retried) lockyard watches for that try to land late;
+/// past it, such an object blocks others until stale.
 const LEFTOVER_CLEANUP: Duration = Duration::from_secs(5);
-/// How often the clean-up reads again for a create that may land late.
+/// How often the watch for late creates reads the object.
 const LEFTOVER_LOOK_AGAIN: Duration = Duration::from_millis(200);
 /// Immediate retries (object vanished, stale object removed) before a wait.
 const IMMEDIATE_RETRIES: u32 = 3;
@@ -44,9 +46,10 @@ struct Attempt<'a> {
     /// A create was sent and no read since has shown what became of it:
     /// an object of ours may be on the server with nobody refreshing it.
     create_in_doubt: bool,
-    /// The last try of that create got no answer (timed out, or failed
-    /// on the way): it may still land, later.
-    create_unanswered: bool,
+    /// A try of some create of this attempt got no answer, or was
+    /// retried: it may still be on its way, and land (once the name is
+    /// free) until about this instant, whatever a later try or read said.
+    late_creates_until: Option<Instant>,
 }
 
 /// Never set: for requests that run to their end.
@@ -97,18 +100,25 @@ impl Engine {
             retry_until: give_up_at.map(|at| at.max(started + SHORTEST_RETRY)),
             stop,
             create_in_doubt: false,
-            create_unanswered: false,
+            late_creates_until: None,
         };
-        let outcome = self.wait_for_lock(&mut attempt, give_up_at).await;
-        match outcome {
+        let outcome = match self.wait_for_lock(&mut attempt, give_up_at).await {
+            Ok(Some(mut hold)) => {
+                // Watched for once the hold is given back: until then its
+                // object stands in the way of any late try.
+                hold.late_creates_until = attempt.late_creates_until;
+                return Ok(Some(hold));
+            }
             Err(error) if attempt.create_in_doubt => {
-                let removed = self
-                    .remove_leftover(&attempt.writer, &error, attempt.create_unanswered)
-                    .await;
+                let removed = self.remove_leftover(&attempt.writer, &error).await;
                 Err(self.leftover_error(removed, error))
             }
             other => other,
+        };
+        if let Some(until) = attempt.late_creates_until {
+            self.watch_for_late_creates(attempt.writer, until);
         }
+        outcome
     }
 
     async fn wait_for_lock(
@@ -174,7 +184,6 @@ impl Engine {
         let last_try = Mutex::new((Stamp::now(), 0.0));
         // Interrupted in a pause after a failed try, it may have landed.
         attempt.create_in_doubt = true;
-        attempt.create_unanswered = true;
         let created = requests
             .call_async(
                 "create",
@@ -187,12 +196,20 @@ impl Engine {
                 attempt.retry_until,
                 attempt.stop,
             )
-            .await?;
+            .await;
+        // A try cut off (by the request timeout, a stop between tries) or
+        // retried may land later, whatever the last try says.
+        let unsure = created.as_ref().map_or(true, |created| {
+            created.retried || matches!(created.result, Err(StoreError::Transient(_)))
+        });
+        if unsure {
+            attempt.late_creates_until = Some(Instant::now() + LEFTOVER_CLEANUP);
+        }
+        let created = created?;
         let (sent, written) = *last_try.lock().unwrap_or_else(|e| e.into_inner());
         // A request that failed for good after none failed transiently
         // created nothing.
         attempt.create_in_doubt = created.retried || created.result.is_ok();
-        attempt.create_unanswered = matches!(created.result, Err(StoreError::Transient(_)));
         let reply = match requests.answered("create", created)? {
             Ok(reply) => reply,
             Err(StoreError::PreconditionFailed) => return Ok(None),
@@ -321,13 +338,9 @@ impl Engine {
     /// it (not merely someone with the same identity), so it does not
     /// block everyone until it goes stale. A delete that finds the object
     /// changed reads it again: a write of ours (the clock's correction) may
-    /// have landed late. Up to [`LEFTOVER_CLEANUP`].
-    async fn remove_leftover(
-        &self,
-        writer: &Writer,
-        error: &Error,
-        may_land_late: bool,
-    ) -> Result<()> {
+    /// have landed late. Up to [`LEFTOVER_CLEANUP`]; a try that may land
+    /// later yet is left to [`Engine::watch_for_late_creates`].
+    async fn remove_leftover(&self, writer: &Writer, error: &Error) -> Result<()> {
         let requests = self.requests();
         let until = Instant::now() + LEFTOVER_CLEANUP;
         loop {
@@ -339,12 +352,6 @@ impl Engine {
                     value: Some(object),
                     ..
                 }) if writer.made(&object) => object,
-                // A create that got no answer may land yet: look again
-                // until the clean-up's time is up.
-                _ if may_land_late && Instant::now() + LEFTOVER_LOOK_AGAIN < until => {
-                    tokio::time::sleep(LEFTOVER_LOOK_AGAIN).await;
-                    continue;
-                }
                 _ => return Ok(()),
             };
             if self
@@ -363,6 +370,48 @@ impl Engine {
                 ));
             }
         }
+    }
+
+    /// Watches, in the background, until `until`, for an object that a
+    /// create of `writer` sent earlier lands late: no hold of `writer` is
+    /// live any more (its wait gave up, or its hold was given back), so
+    /// such an object is a leftover nobody refreshes, and is deleted. An
+    /// exiting process waits for the watch.
+    pub(crate) fn watch_for_late_creates(self: &Arc<Self>, writer: Writer, until: Instant) {
+        if Instant::now() >= until {
+            return;
+        }
+        let engine = self.clone();
+        runtime::spawn_awaited(async move {
+            let requests = engine.requests();
+            loop {
+                let read = requests
+                    .call_async("read", || engine.store.get(), Some(until), &NO_STOP)
+                    .await;
+                if let Ok(Ok(Reply {
+                    value: Some(object),
+                    ..
+                })) = read.and_then(|read| requests.answered("read", read))
+                {
+                    if writer.made(&object)
+                        && matches!(
+                            engine
+                                .delete_version(object.version, Some(until), &NO_STOP)
+                                .await,
+                            Ok(true)
+                        )
+                    {
+                        engine.log(log::Level::Warn, || {
+                            "Deleted a lock object that a create of ours, sent earlier, left when it landed late".into()
+                        });
+                    }
+                }
+                if Instant::now() + LEFTOVER_LOOK_AGAIN >= until {
+                    return;
+                }
+                tokio::time::sleep(LEFTOVER_LOOK_AGAIN).await;
+            }
+        });
     }
 
     /// The error an acquire that failed with `error` reports once its

@@ -51,6 +51,9 @@ pub(crate) struct Hold {
     /// never leaves a write in flight whose new metageneration we miss.
     version: Arc<tokio::sync::Mutex<Version>>,
     refresher: JoinHandle<()>,
+    /// Until when a create try of the wait that took this hold may still
+    /// land late: watched for once the hold is given back.
+    pub(crate) late_creates_until: Option<Instant>,
 }
 
 impl Hold {
@@ -98,7 +101,20 @@ impl Engine {
     /// changed by someone else: then it is left alone). Transient
     /// failures are retried until the lease runs out (at least
     /// [`SHORTEST_RETRY`]): until then nobody else can have it.
-    pub(crate) fn release(&self, hold: Hold, interrupted: Interrupt<'_>) -> Result<bool> {
+    pub(crate) fn release(
+        self: &Arc<Self>,
+        hold: Hold,
+        interrupted: Interrupt<'_>,
+    ) -> Result<bool> {
+        let (writer, late_creates_until) = (hold.writer.clone(), hold.late_creates_until);
+        let released = self.give_back(hold, interrupted);
+        if let Some(until) = late_creates_until {
+            self.watch_for_late_creates(writer, until);
+        }
+        released
+    }
+
+    fn give_back(&self, hold: Hold, interrupted: Interrupt<'_>) -> Result<bool> {
         let requests = self.requests();
         let writer = hold.writer.clone();
         let was_healthy = hold.health.is_healthy();
@@ -198,6 +214,7 @@ impl Engine {
             health,
             version,
             refresher,
+            late_creates_until: None,
         }
     }
 

@@ -150,27 +150,31 @@ impl KeepAlive {
         })
     }
 
-    /// Deletes the key of a create that may still be on its way, sent on
-    /// `sent_on` by a future since dropped. Its connection may not have
-    /// written the create yet (its driver runs on the caller's runtime),
-    /// and it writes in order: the delete goes on it, to land after the
-    /// create. Through the route if that connection's runtime has ended
-    /// (the create then most likely went nowhere) or it does not answer.
-    pub(crate) async fn delete_behind(&self, sent_on: Option<Link>) -> Result<()> {
-        let mut delete = redis::cmd("DEL");
-        delete.arg(&self.key);
-        if let Some(mut link) = sent_on {
-            let behind = delete.query_async::<()>(&mut link);
-            if let Ok(Ok(())) = tokio::time::timeout(COMMAND_TIMEOUT, behind).await {
-                return Ok(());
-            }
-        }
+    /// Deletes the key through the route, on lockyard's runtime.
+    pub(crate) async fn delete_async(&self) -> Result<()> {
         self.route
-            .in_background("destroy session", COMMAND_TIMEOUT, |mut link| {
-                let delete = delete.clone();
-                async move { delete.query_async::<()>(&mut link).await }
+            .in_background("destroy session", COMMAND_TIMEOUT, |mut link| async move {
+                self.delete_command().query_async::<()>(&mut link).await
             })
             .await
+    }
+
+    /// Deletes the key on `link`, the connection a create was sent on:
+    /// it writes in order, so the delete lands after the create, however
+    /// late the create's runtime writes it (its driver runs on the
+    /// caller's runtime). Gives up after the command timeout.
+    pub(crate) async fn delete_behind(&self, mut link: Link) {
+        let delete = self.delete_command();
+        let deleted = tokio::time::timeout(COMMAND_TIMEOUT, delete.query_async::<()>(&mut link));
+        if !matches!(deleted.await, Ok(Ok(()))) {
+            log::debug!("deleting {} behind its create failed", self.what);
+        }
+    }
+
+    fn delete_command(&self) -> redis::Cmd {
+        let mut delete = redis::cmd("DEL");
+        delete.arg(&self.key);
+        delete
     }
 
     /// Renews the session key and every grant under it every ttl/2. A grant

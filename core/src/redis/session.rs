@@ -188,17 +188,25 @@ impl Drop for Unfinished {
         if !self.armed {
             return;
         }
+        // Deleted twice: now, for a create that has landed, which an
+        // exiting process waits for; and behind the create on its own
+        // connection, for one its runtime has yet to write, which it does
+        // not (a runtime that ends never writes it either).
         let keep_alive = self.keep_alive.clone();
-        let sent_on = self
-            .sent_on
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
         runtime::spawn_awaited(async move {
-            if let Err(e) = keep_alive.delete_behind(sent_on).await {
+            if let Err(e) = keep_alive.delete_async().await {
                 log::debug!("deleting an unfinished session failed: {e}");
             }
         });
+        if let Some(link) = self
+            .sent_on
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let keep_alive = self.keep_alive.clone();
+            runtime::spawn(async move { keep_alive.delete_behind(link).await });
+        }
     }
 }
 
