@@ -53,6 +53,8 @@ mod behavior;
 mod clock;
 #[cfg(feature = "redis")]
 mod deferred;
+#[cfg(any(feature = "redis", feature = "etcd"))]
+mod ending;
 pub mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -204,3 +204,35 @@ fn bad_sessions_are_config_errors() {
     drop(lock.acquire(None).unwrap());
     assert_eq!(server.keys().len(), 0, "{:?}", server.keys());
 }
+
+#[test]
+fn a_destroy_called_during_another_returns_only_once_the_session_is_gone() {
+    let server = EtcdServer::start();
+    let session = std::sync::Arc::new(session(&server, 5, 10));
+    let lock = lock_under(&server, "job", &session, "worker-3");
+    let guard = lock.acquire(Some(Duration::from_secs(5))).unwrap();
+    // The member stalls for a while, as a busy or slow one would.
+    server.signal("STOP");
+    let first = std::thread::spawn({
+        let session = session.clone();
+        move || session.destroy()
+    });
+    while session.healthy() {
+        std::thread::yield_now();
+    }
+    let left = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(800));
+            server.signal("CONT");
+        });
+        session.destroy().unwrap();
+        server.keys()
+    });
+    assert!(first.join().unwrap().is_ok());
+    drop(guard);
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "destroy returned while the session's keys were still in etcd"
+    );
+}

@@ -10,7 +10,6 @@
 //! another session is there. A clean release deletes its bar; a lost
 //! session's bars outlive its keys by lock_delay; `destroy()` revokes them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +17,7 @@ use super::client::Client;
 use super::leases::{self, Lease, Leases};
 use super::target::Target;
 use crate::behavior::Behavior;
+use crate::ending::Ending;
 use crate::error::{Error, Result};
 use crate::identity::random_hex;
 use crate::lease::DEFAULT_CONNECT_TIMEOUT;
@@ -117,7 +117,7 @@ impl SessionBuilder {
                 behavior: self.behavior,
                 lock_delay,
                 ttl: Duration::from_secs(ttl_secs as u64),
-                destroyed: AtomicBool::new(false),
+                ending: Ending::new(),
                 pid: std::process::id(),
             }),
         })
@@ -171,7 +171,8 @@ impl Session {
 
     /// Frees every lock held under the session at once (no lock_delay):
     /// revokes its leases, so that its keys and bars go. Locks under it
-    /// report unhealthy afterwards; calling it again does nothing. In a
+    /// report unhealthy afterwards. Called again (on any thread), it waits
+    /// until the first call has ended the session, then does nothing. In a
     /// process forked from the one that built it, it only marks the session
     /// ended for this process.
     ///
@@ -185,9 +186,9 @@ impl Session {
     /// Destroys the session as a drop does, in the background, and returns
     /// at once (a garbage collector's finalizer).
     pub fn destroy_in_background(&self) {
-        let state = self.state.clone();
+        let (state, first) = (self.state.clone(), self.state.ending.begin(|| {}));
         runtime::spawn_blocking(move || {
-            if let Err(e) = state.destroy() {
+            if let Err(e) = state.end_destroy(first) {
                 log::warn!("destroying etcd session {} failed: {e}", state.id);
             }
         });
@@ -199,9 +200,14 @@ impl Session {
 }
 
 impl Drop for Session {
-    /// A dropped session is destroyed.
+    /// A dropped session is destroyed, unless a destroy is under way
+    /// already: a drop never waits for one (after
+    /// [`Session::destroy_in_background`], it must return at once).
     fn drop(&mut self) {
-        if let Err(e) = self.state.destroy() {
+        if !self.state.ending.begin(|| {}) {
+            return;
+        }
+        if let Err(e) = self.state.end_destroy(true) {
             log::warn!(
                 "destroying etcd session {} on drop failed: {e}",
                 self.state.id
@@ -219,7 +225,8 @@ pub(crate) struct SessionState {
     pub(crate) behavior: Behavior,
     lock_delay: Duration,
     ttl: Duration,
-    destroyed: AtomicBool,
+    /// Destroyed (or being destroyed) once, however many ask.
+    ending: Ending,
     pid: u32,
 }
 
@@ -241,7 +248,7 @@ impl SessionState {
     /// it was destroyed, LockUnhealthy once it may be lost, Config in a
     /// forked child (its keep-alive runs in the parent).
     pub(crate) fn usable(&self) -> Result<()> {
-        if self.destroyed.load(Ordering::Acquire) {
+        if self.ending.begun() {
             return Err(Error::config(format!(
                 "{} was destroyed; locks cannot be taken under it",
                 self.what()
@@ -258,7 +265,7 @@ impl SessionState {
     }
 
     fn check_health(&self) -> Result<()> {
-        if self.destroyed.load(Ordering::Acquire) {
+        if self.ending.begun() {
             return Err(Error::LockUnhealthy {
                 what: self.what(),
                 reason: "the session was destroyed".into(),
@@ -273,13 +280,21 @@ impl SessionState {
         }
     }
 
+    /// Destroys the session once: a later call waits until the first one
+    /// (of this process) has ended it, then does nothing.
     fn destroy(&self) -> Result<()> {
-        if self.destroyed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        if self.pid != std::process::id() {
-            return Ok(());
-        }
-        runtime::block_on(self.leases.end("the session was destroyed"))
+        self.end_destroy(self.ending.begin(|| {}))
+    }
+
+    /// Ends a destroy begun by `self.ending`: the `first` one revokes the
+    /// lease (a forked child only marks it ended for itself), a later one
+    /// waits for that.
+    fn end_destroy(&self, first: bool) -> Result<()> {
+        self.ending.run(first, || {
+            if self.pid != std::process::id() {
+                return Ok(());
+            }
+            runtime::block_on(self.leases.end("the session was destroyed"))
+        })
     }
 }

@@ -17,15 +17,15 @@
 //! without `destroy()` leaves its grants until ttl + lock_delay, then the
 //! same.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
 use super::keepalive::{KeepAlive, Member, Membership};
 use super::route::{Link, Route};
 use super::server::server;
+use crate::ending::Ending;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::identity::random_hex;
@@ -34,10 +34,6 @@ use crate::limits;
 use crate::runtime;
 
 pub use crate::behavior::Behavior;
-
-/// The longest a destroy waits for another one under way: that one frees
-/// each lock and deletes the key, each within the command timeout.
-const ENDING_WAIT: Duration = Duration::from_secs(30);
 
 /// A lease that locks and elections live under; see the module docs.
 ///
@@ -162,11 +158,9 @@ impl SessionBuilder {
             keep_alive: keep_alive.clone(),
             behavior: self.behavior,
             lock_delay: self.lock_delay,
-            destroyed: AtomicBool::new(false),
+            ending: Ending::new(),
             pid: std::process::id(),
             renewer: Mutex::new(None),
-            ending: Mutex::new(None),
-            ended: Condvar::new(),
         });
         let renewer = runtime::spawn(keep_alive.run());
         *state.renewer.lock().unwrap_or_else(|e| e.into_inner()) = Some(renewer);
@@ -326,7 +320,7 @@ impl Drop for Session {
         if !self.state.mark_destroyed() {
             return;
         }
-        if let Err(e) = self.state.finish_destroy() {
+        if let Err(e) = self.state.end_destroy(true) {
             log::warn!("destroying session {} on drop failed: {e}", self.state.id);
         }
     }
@@ -337,12 +331,10 @@ pub(crate) struct SessionState {
     keep_alive: Arc<KeepAlive>,
     behavior: Behavior,
     lock_delay: Duration,
-    destroyed: AtomicBool,
+    /// Destroyed (or being destroyed) once, however many ask.
+    ending: Ending,
     pid: u32,
     renewer: Mutex<Option<JoinHandle<()>>>,
-    /// The pid of the process ending the session, until it has.
-    ending: Mutex<Option<u32>>,
-    ended: Condvar,
 }
 
 impl SessionState {
@@ -364,7 +356,7 @@ impl SessionState {
 
     /// Whether new grants may be taken under the session.
     pub(crate) fn usable(&self) -> Result<()> {
-        if self.destroyed.load(Ordering::Acquire) {
+        if self.ending.begun() {
             return Err(self.destroyed_error());
         }
         self.check_health()
@@ -393,54 +385,17 @@ impl SessionState {
         self.end_destroy(self.mark_destroyed())
     }
 
-    /// Ends the session [`SessionState::mark_destroyed`] marked, and wakes
-    /// the destroys waiting for that.
     /// Ends a destroy marked with [`SessionState::mark_destroyed`]: the
     /// `first` one does the work, a later one waits for it.
     fn end_destroy(&self, first: bool) -> Result<()> {
-        if !first {
-            self.wait_ended();
-            return Ok(());
-        }
-        self.finish_destroy()
-    }
-
-    fn finish_destroy(&self) -> Result<()> {
-        let ended = self.end();
-        *self.ending.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.ended.notify_all();
-        ended
+        self.ending.run(first, || self.end())
     }
 
     /// Marks the session destroyed, and so unhealthy, and this process as
     /// the one ending it; false if it was already.
     fn mark_destroyed(&self) -> bool {
-        let mut ending = self.ending.lock().unwrap_or_else(|e| e.into_inner());
-        let first = !self.destroyed.swap(true, Ordering::AcqRel);
-        if first {
-            *ending = Some(std::process::id());
-        }
-        self.health().mark_lost("the session was destroyed");
-        first
-    }
-
-    /// Waits until the destroy under way in this process ended (a process
-    /// forked meanwhile has nobody ending it: it does not wait), at most
-    /// [`ENDING_WAIT`].
-    fn wait_ended(&self) {
-        let give_up_at = Instant::now() + ENDING_WAIT;
-        let mut ending = self.ending.lock().unwrap_or_else(|e| e.into_inner());
-        while *ending == Some(std::process::id()) {
-            let left = give_up_at.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            ending = self
-                .ended
-                .wait_timeout(ending, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        self.ending
+            .begin(|| self.health().mark_lost("the session was destroyed"))
     }
 
     /// What destroying does once the session is marked destroyed.
@@ -520,7 +475,7 @@ impl Binding {
     /// session) is given back here instead of outliving the session.
     pub(crate) fn join(&self, member: Arc<dyn Member>) -> Result<Membership> {
         let membership = self.state.keep_alive.join(member.clone());
-        if self.state.destroyed.load(Ordering::Acquire) {
+        if self.state.ending.begun() {
             drop(membership);
             member.release()?;
             return Err(Error::LockUnhealthy {
