@@ -172,7 +172,7 @@ impl Quorum {
     /// TTL. Retried until each node answered or the lease ran out (the
     /// grant has expired by then); the caller does not wait.
     fn retry_release(&self, hold: &Hold, round: Arc<Round>) {
-        runtime::spawn(release_missed(
+        runtime::spawn_awaited(release_missed(
             self.nodes.clone(),
             hold.request.clone(),
             round,

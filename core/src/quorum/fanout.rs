@@ -64,15 +64,30 @@ impl Round {
             changed: Notify::new(),
             undo,
         });
+        // Each request, and the undo of what it may grant late, is work an
+        // exiting process waits for: a give-back or a cancelled wait's
+        // release must reach the node, not die with the process.
         let requests: Vec<_> = targets
             .into_iter()
-            .map(|index| (index, nodes[index].clone(), call(nodes[index].clone())))
+            .map(|index| {
+                let running = runtime::Background::started();
+                (
+                    index,
+                    nodes[index].clone(),
+                    call(nodes[index].clone()),
+                    running,
+                )
+            })
             .collect();
         let spawner = round.clone();
         // One hop to the runtime thread, which then spawns locally.
         runtime::spawn(async move {
-            for (index, node, reply) in requests {
-                tokio::spawn(spawner.clone().ask(index, node, reply, request_timeout));
+            for (index, node, reply, running) in requests {
+                let asking = spawner.clone().ask(index, node, reply, request_timeout);
+                tokio::spawn(async move {
+                    let _running = running;
+                    asking.await;
+                });
             }
         });
         round

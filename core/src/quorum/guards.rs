@@ -127,6 +127,8 @@ macro_rules! guard_methods {
             /// The async twin of `release`: dropped before the answer, the
             /// release finishes in the background.
             pub async fn release_async(self) -> Result<bool> {
+                // Off tokio, the guard is dropped: it gives back in the background.
+                self.0.lock.on_tokio()?;
                 let (lock, holder) = self.0.disarm();
                 lock.release_holder_async(holder).await
             }

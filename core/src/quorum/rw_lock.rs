@@ -442,6 +442,7 @@ impl RwLock {
     /// # Errors
     /// [`Error::NotLocked`] if `key` holds nothing.
     pub async fn leave_for_async(&self, key: u64) -> Result<bool> {
+        self.on_tokio()?;
         match self.holds.leave_out(binding_holder(key))? {
             Some(hold) => self.give_back_async(hold).await,
             None => Ok(true),
@@ -454,6 +455,12 @@ impl RwLock {
     /// Those of [`RwLock::fencing_token`].
     pub async fn fencing_token_for_async(&self, key: u64) -> Result<Option<u64>> {
         self.fencing_token_of(binding_holder(key)).await
+    }
+
+    /// Ok on a tokio runtime, where the `_async` calls' timers live;
+    /// [`Error::Config`] anywhere else.
+    pub(super) fn on_tokio(&self) -> Result<()> {
+        runtime::check_on_tokio("an _async call", &self.quorum.what)
     }
 
     async fn take_async(&self, holder: u64, mode: Mode, deadline: Deadline) -> Result<()> {
@@ -470,6 +477,7 @@ impl RwLock {
     }
 
     pub(super) async fn release_holder_async(&self, holder: u64) -> Result<bool> {
+        self.on_tokio()?;
         let hold = self.holds.take_out(holder)?;
         self.give_back_async(hold).await
     }
@@ -481,6 +489,7 @@ impl RwLock {
     }
 
     pub(super) async fn fencing_token_of(&self, holder: u64) -> Result<Option<u64>> {
+        self.on_tokio()?;
         match self.holds.with(holder, Arc::clone) {
             None => Ok(None),
             Some(hold) => self.quorum.fencing_token_async(&hold).await,
