@@ -46,8 +46,8 @@ struct Attempt<'a> {
     /// A create was sent and no read since has shown what became of it:
     /// an object of ours may be on the server with nobody refreshing it.
     create_in_doubt: bool,
-    /// A try of some create of this attempt got no answer, or was
-    /// retried: it may still be on its way, and land (once the name is
+    /// A try of some create of this attempt was cut off by the request
+    /// timeout: it may still be on its way, and land (once the name is
     /// free) until about this instant, whatever a later try or read said.
     late_creates_until: Option<Instant>,
 }
@@ -197,11 +197,10 @@ impl Engine {
                 attempt.stop,
             )
             .await;
-        // A try cut off (by the request timeout, a stop between tries) or
-        // retried may land later, whatever the last try says.
-        let unsure = created.as_ref().map_or(true, |created| {
-            created.retried || matches!(created.result, Err(StoreError::Transient(_)))
-        });
+        // A try cut off by the request timeout may land later, whatever a
+        // later try says (one the server answered, 503 included, cannot);
+        // so may one before a stop between tries.
+        let unsure = created.as_ref().map_or(true, |created| created.cut_off);
         if unsure {
             attempt.late_creates_until = Some(Instant::now() + LEFTOVER_CLEANUP);
         }

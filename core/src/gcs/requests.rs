@@ -45,6 +45,9 @@ pub(crate) struct Answer<T> {
     pub(crate) result: Result<Reply<T>, StoreError>,
     /// An earlier attempt failed transiently: a write may have landed.
     pub(crate) retried: bool,
+    /// Some try was cut off by the request timeout: sent, never answered,
+    /// it may still reach the server and land later.
+    pub(crate) cut_off: bool,
 }
 
 impl Requests<'_> {
@@ -53,12 +56,23 @@ impl Requests<'_> {
         self,
         request: impl Future<Output = Result<Reply<T>, StoreError>>,
     ) -> Result<Reply<T>, StoreError> {
+        self.ask_once(request).await.0
+    }
+
+    /// [`Requests::ask`], and whether the request timeout cut it off.
+    async fn ask_once<T>(
+        self,
+        request: impl Future<Output = Result<Reply<T>, StoreError>>,
+    ) -> (Result<Reply<T>, StoreError>, bool) {
         let sent = Stamp::now();
-        let outcome = with_timeout(self.timeout, request).await;
+        let Ok(outcome) = tokio::time::timeout(self.timeout, request).await else {
+            let message = format!("no reply within {:?}", self.timeout);
+            return (Err(StoreError::Transient(message)), true);
+        };
         if let Ok(reply) = &outcome {
             self.clock.observe(sent, Stamp::now(), reply.server_time);
         }
-        outcome
+        (outcome, false)
     }
 
     /// Runs a store operation from the caller's thread (the runtime
@@ -97,13 +111,16 @@ impl Requests<'_> {
         F: Future<Output = Result<Reply<T>, StoreError>>,
     {
         let mut wait = RETRY_FIRST_WAIT;
-        let mut retried = false;
+        let (mut retried, mut cut_off) = (false, false);
         loop {
-            let message = match self.ask(request()).await {
+            let (outcome, this_cut_off) = self.ask_once(request()).await;
+            cut_off |= this_cut_off;
+            let message = match outcome {
                 Ok(reply) => {
                     return Ok(Answer {
                         result: Ok(reply),
                         retried,
+                        cut_off,
                     })
                 }
                 Err(StoreError::Transient(message)) => message,
@@ -111,6 +128,7 @@ impl Requests<'_> {
                     return Ok(Answer {
                         result: Err(refusal),
                         retried,
+                        cut_off,
                     })
                 }
             };
@@ -119,6 +137,7 @@ impl Requests<'_> {
                 return Ok(Answer {
                     result: Err(StoreError::Transient(message)),
                     retried: true,
+                    cut_off,
                 });
             }
             let pause = until.map_or(wait, |until| wait.min(until - now));
@@ -157,17 +176,6 @@ impl Requests<'_> {
     pub(crate) fn failed(self, operation: &str, e: StoreError) -> Error {
         let transient = matches!(e, StoreError::Transient(_));
         Error::backend_failed(&self.store.describe(), operation, e, transient)
-    }
-}
-
-/// A store operation that takes longer than `limit` counts as transient.
-async fn with_timeout<T>(
-    limit: Duration,
-    request: impl Future<Output = Result<Reply<T>, StoreError>>,
-) -> Result<Reply<T>, StoreError> {
-    match tokio::time::timeout(limit, request).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(StoreError::Transient(format!("no reply within {limit:?}"))),
     }
 }
 

@@ -280,7 +280,7 @@ impl Quorum {
 
     /// Releases `granted` without waiting: the requests end on their own.
     fn release_granted(&self, request: &Arc<Request>, granted: &[(usize, u64)]) {
-        self.send(granted.iter().map(|&(i, _)| i), |node| {
+        self.give_back(granted.iter().map(|&(i, _)| i), |node| {
             release(node, request.clone())
         });
     }

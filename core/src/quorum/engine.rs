@@ -84,6 +84,18 @@ impl Quorum {
         }
     }
 
+    /// Gives back what `call` releases on `targets`, letting the requests
+    /// finish on their own; an exiting process waits for them.
+    pub(crate) fn give_back(
+        &self,
+        targets: impl IntoIterator<Item = usize>,
+        call: impl Fn(Arc<dyn NetLocker>) -> Reply<bool>,
+    ) {
+        Round::give_back(&self.nodes, targets, self.request_timeout, |node| {
+            as_answer(call(node))
+        });
+    }
+
     /// Sends `call` to `targets` and lets the requests finish on their own.
     pub(crate) fn send(
         &self,
@@ -153,7 +165,7 @@ impl Quorum {
         let granted = hold.round.close();
         let quorum = self.quorum(hold.mode);
         let targets = granted.iter().map(|&(i, _)| i);
-        let releasing = Round::start(&self.nodes, targets, self.request_timeout, None, |node| {
+        let releasing = Round::give_back(&self.nodes, targets, self.request_timeout, |node| {
             as_answer(release(node, hold.request.clone()))
         });
         let retry = RetryRelease {
@@ -163,6 +175,11 @@ impl Quorum {
         };
         let deadline = Instant::now() + self.attempt_timeout;
         let released = releasing.wait(Some(deadline), quorum).await.yes;
+        if released >= quorum {
+            // Free: the nodes still to answer are asked again, but an
+            // exiting process need not wait for a node gone silent.
+            releasing.let_exit();
+        }
         drop(retry);
         Ok(released >= quorum)
     }
@@ -172,7 +189,7 @@ impl Quorum {
     /// TTL. Retried until each node answered or the lease ran out (the
     /// grant has expired by then); the caller does not wait.
     fn retry_release(&self, hold: &Hold, round: Arc<Round>) {
-        runtime::spawn_awaited(release_missed(
+        runtime::spawn(release_missed(
             self.nodes.clone(),
             hold.request.clone(),
             round,

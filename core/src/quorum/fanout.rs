@@ -36,6 +36,8 @@ struct State {
     /// The yes count the caller waits for: answers that cannot change its
     /// decision do not wake it (on a small machine every wake-up counts).
     quorum: usize,
+    /// Keeps an exiting process waiting for a give-back's answers.
+    exit_hold: Option<runtime::Background>,
 }
 
 impl Round {
@@ -50,6 +52,38 @@ impl Round {
         undo: Option<Arc<Request>>,
         call: impl Fn(Arc<dyn NetLocker>) -> Reply<Grant>,
     ) -> Arc<Round> {
+        Round::begin(nodes, targets, request_timeout, undo, call, false)
+    }
+
+    /// [`Round::start`] for a give-back (a release): an exiting process
+    /// waits until every node answered or failed (each within the request
+    /// timeout), unless [`Round::let_exit`] says the rest does not matter.
+    /// A grant given back this way must reach a slow node, not die with
+    /// the process and block others for its ttl.
+    pub(crate) fn give_back(
+        nodes: &[Arc<dyn NetLocker>],
+        targets: impl IntoIterator<Item = usize>,
+        request_timeout: Duration,
+        call: impl Fn(Arc<dyn NetLocker>) -> Reply<Grant>,
+    ) -> Arc<Round> {
+        Round::begin(nodes, targets, request_timeout, None, call, true)
+    }
+
+    /// An exiting process need not wait for this round's answers still
+    /// on their way (a release that reached a quorum: the lock is free).
+    pub(crate) fn let_exit(&self) {
+        let exit_hold = self.lock().exit_hold.take();
+        drop(exit_hold);
+    }
+
+    fn begin(
+        nodes: &[Arc<dyn NetLocker>],
+        targets: impl IntoIterator<Item = usize>,
+        request_timeout: Duration,
+        undo: Option<Arc<Request>>,
+        call: impl Fn(Arc<dyn NetLocker>) -> Reply<Grant>,
+        exit_waits: bool,
+    ) -> Arc<Round> {
         let mut answers: Vec<Answer> = nodes.iter().map(|_| Answer::NotAsked).collect();
         let targets: Vec<usize> = targets.into_iter().collect();
         for &index in &targets {
@@ -60,34 +94,20 @@ impl Round {
                 answers,
                 closed: false,
                 quorum: usize::MAX,
+                exit_hold: (exit_waits && !targets.is_empty()).then(runtime::Background::started),
             }),
             changed: Notify::new(),
             undo,
         });
-        // Each request, and the undo of what it may grant late, is work an
-        // exiting process waits for: a give-back or a cancelled wait's
-        // release must reach the node, not die with the process.
         let requests: Vec<_> = targets
             .into_iter()
-            .map(|index| {
-                let running = runtime::Background::started();
-                (
-                    index,
-                    nodes[index].clone(),
-                    call(nodes[index].clone()),
-                    running,
-                )
-            })
+            .map(|index| (index, nodes[index].clone(), call(nodes[index].clone())))
             .collect();
         let spawner = round.clone();
         // One hop to the runtime thread, which then spawns locally.
         runtime::spawn(async move {
-            for (index, node, reply, running) in requests {
-                let asking = spawner.clone().ask(index, node, reply, request_timeout);
-                tokio::spawn(async move {
-                    let _running = running;
-                    asking.await;
-                });
+            for (index, node, reply) in requests {
+                tokio::spawn(spawner.clone().ask(index, node, reply, request_timeout));
             }
         });
         round
@@ -127,8 +147,15 @@ impl Round {
             _ => None,
         };
         state.answers[index] = answer;
-        let decided = tally(&state.answers).decides(state.quorum);
+        let now = tally(&state.answers);
+        let decided = now.decides(state.quorum);
+        let exit_hold = if now.pending == 0 {
+            state.exit_hold.take()
+        } else {
+            None
+        };
         drop(state);
+        drop(exit_hold);
         if decided {
             self.changed.notify_waiters();
         }
