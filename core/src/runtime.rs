@@ -350,8 +350,8 @@ pub(crate) enum Ended<T> {
 
 /// Runs `future` on the calling thread until it completes, `until` passes
 /// or `interrupted` answers true, asking it between slices of at most
-/// 50 ms. A future given up is dropped there: it must leave its cleanup to
-/// its caller.
+/// 50 ms. A future given up is dropped there (inside lockyard's runtime):
+/// it must leave its cleanup to its caller.
 #[cfg(any(feature = "gcs", feature = "etcd", feature = "quorum"))]
 pub(crate) fn block_on_interruptibly<F>(
     future: F,
@@ -366,12 +366,16 @@ where
     let mut future = Box::pin(future);
     loop {
         if interrupted() {
+            drop_in_runtime(future);
             return Ended::Interrupted;
         }
         let slice = match until {
             None => SLICE,
             Some(at) => match at.saturating_duration_since(Instant::now()) {
-                left if left.is_zero() => return Ended::TimedOut,
+                left if left.is_zero() => {
+                    drop_in_runtime(future);
+                    return Ended::TimedOut;
+                }
                 left => left.min(SLICE),
             },
         };
@@ -381,6 +385,16 @@ where
             return Ended::Done(output);
         }
     }
+}
+
+/// Drops a future given up midway inside lockyard's runtime: what it
+/// holds may spawn as it goes (hyper hands a connection in use back to its
+/// pool by a task), which panics outside a runtime.
+#[cfg(any(feature = "gcs", feature = "etcd", feature = "quorum"))]
+fn drop_in_runtime<F>(future: F) {
+    let runtime = handle();
+    let _inside = runtime.enter();
+    drop(future);
 }
 
 /// Runs `future` to completion on the calling thread, setting `stop` once
