@@ -340,34 +340,44 @@ impl Engine {
     /// have landed late. Up to [`LEFTOVER_CLEANUP`]; a try that may land
     /// later yet is left to [`Engine::watch_for_late_creates`].
     async fn remove_leftover(&self, writer: &Writer, error: &Error) -> Result<()> {
-        let requests = self.requests();
         let until = Instant::now() + LEFTOVER_CLEANUP;
         loop {
-            let read = requests
-                .call_async("read", || self.store.get(), Some(until), &NO_STOP)
-                .await?;
-            let object = match requests.answered("read", read)? {
-                Ok(Reply {
-                    value: Some(object),
-                    ..
-                }) if writer.made(&object) => object,
-                _ => return Ok(()),
-            };
-            if self
-                .delete_version(object.version, Some(until), &NO_STOP)
-                .await?
-            {
-                self.log(log::Level::Warn, || {
-                    format!("Gave back the lock object this attempt had created: {error}")
-                });
-                return Ok(());
+            match self.remove_if_made(writer, until).await? {
+                None => return Ok(()),
+                Some(true) => {
+                    self.log(log::Level::Warn, || {
+                        format!("Gave back the lock object this attempt had created: {error}")
+                    });
+                    return Ok(());
+                }
+                Some(false) if Instant::now() >= until => {
+                    return Err(self.requests().failed(
+                        "delete",
+                        StoreError::Transient("the object kept changing".into()),
+                    ));
+                }
+                Some(false) => {}
             }
-            if Instant::now() >= until {
-                return Err(requests.failed(
-                    "delete",
-                    StoreError::Transient("the object kept changing".into()),
-                ));
-            }
+        }
+    }
+
+    /// Reads the object and deletes it if `writer` made it, trying until
+    /// `until`: None if there is nothing of `writer`'s, else whether the
+    /// delete took (false: the object changed under it).
+    async fn remove_if_made(&self, writer: &Writer, until: Instant) -> Result<Option<bool>> {
+        let requests = self.requests();
+        let read = requests
+            .call_async("read", || self.store.get(), Some(until), &NO_STOP)
+            .await?;
+        match requests.answered("read", read)? {
+            Ok(Reply {
+                value: Some(object),
+                ..
+            }) if writer.made(&object) => Ok(Some(
+                self.delete_version(object.version, Some(until), &NO_STOP)
+                    .await?,
+            )),
+            _ => Ok(None),
         }
     }
 
@@ -382,28 +392,11 @@ impl Engine {
         }
         let engine = self.clone();
         runtime::spawn_awaited(async move {
-            let requests = engine.requests();
             loop {
-                let read = requests
-                    .call_async("read", || engine.store.get(), Some(until), &NO_STOP)
-                    .await;
-                if let Ok(Ok(Reply {
-                    value: Some(object),
-                    ..
-                })) = read.and_then(|read| requests.answered("read", read))
-                {
-                    if writer.made(&object)
-                        && matches!(
-                            engine
-                                .delete_version(object.version, Some(until), &NO_STOP)
-                                .await,
-                            Ok(true)
-                        )
-                    {
-                        engine.log(log::Level::Warn, || {
-                            "Deleted a lock object that a create of ours, sent earlier, left when it landed late".into()
-                        });
-                    }
+                if let Ok(Some(true)) = engine.remove_if_made(&writer, until).await {
+                    engine.log(log::Level::Warn, || {
+                        "Deleted a lock object that a create of ours, sent earlier, left when it landed late".into()
+                    });
                 }
                 if Instant::now() + LEFTOVER_LOOK_AGAIN >= until {
                     return;

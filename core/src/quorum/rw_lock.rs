@@ -464,10 +464,10 @@ impl RwLock {
     }
 
     async fn take_async(&self, holder: u64, mode: Mode, deadline: Deadline) -> Result<()> {
+        self.on_tokio()?;
         let identity = as_holder_number(holder, || holder_identity(&self.prefix));
         let quorum = self.quorum.clone();
         let taking = async move {
-            runtime::check_on_tokio(&quorum.describe(mode), "its nodes")?;
             Ok(quorum
                 .acquire(mode, &identity, deadline)
                 .await?
