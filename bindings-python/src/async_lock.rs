@@ -1,6 +1,6 @@
-//! The native side of `lockyard.asyncio`'s locks (`redis.Lock`, `gcs.Lock`):
-//! a core lock, shared with the futures in flight, whose waits run as
-//! `_async` futures (see `asyncio.rs`). The Python class picks the holder
+//! The native side of `lockyard.asyncio`'s locks (`redis.Lock`, `gcs.Lock`,
+//! `etcd.Lock`): a core lock, shared with the futures in flight, whose
+//! waits run as `_async` futures (see `asyncio.rs`). The Python class picks the holder
 //! (its asyncio Task's number) and passes it as `key`; reads that need no
 //! server answer here at once. One class for every backend: the core locks
 //! share these methods' names and meanings ([`CoreLock`]).
@@ -18,6 +18,7 @@ use pyo3::types::PyAny;
 use crate::asyncio::{boolean, none, settle, Completions, Pending};
 use crate::convert::{optional_seconds, text};
 use crate::error;
+use crate::etcd_lock::etcd_lock_builder;
 use crate::gcs_lock::gcs_lock_builder;
 use crate::lock::redis_lock_builder;
 
@@ -81,6 +82,7 @@ macro_rules! core_lock {
 
 core_lock!(lockyard::redis::Lock);
 core_lock!(lockyard::gcs::Lock);
+core_lock!(lockyard::etcd::Lock);
 
 /// A core lock shared with the futures that use it. The last one dropped
 /// gives back what is still held in the background, never on the loop's
@@ -185,6 +187,34 @@ pub(crate) fn async_gcs_lock(
     )?;
     let lock = builder.build().map_err(|e| error::to_py(py, e))?;
     Ok(AsyncLock::new(lock, text("path", path)?))
+}
+
+/// The asyncio twin of ``lockyard.etcd.Lock``'s native half, with its
+/// options. Building sends no request.
+#[pyfunction]
+#[pyo3(signature = (url, name, ttl=None, timeout=None, *, identity_prefix=None, connect_timeout=None, session=None, value=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn async_etcd_lock(
+    py: Python<'_>,
+    url: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    ttl: Option<&Bound<'_, PyAny>>,
+    timeout: Option<&Bound<'_, PyAny>>,
+    identity_prefix: Option<&Bound<'_, PyAny>>,
+    connect_timeout: Option<&Bound<'_, PyAny>>,
+    session: Option<&Bound<'_, PyAny>>,
+    value: Option<&Bound<'_, PyAny>>,
+) -> PyResult<AsyncLock> {
+    let name = text("name", name)?;
+    let builder = etcd_lock_builder(
+        py,
+        url,
+        &name,
+        [ttl, timeout],
+        [identity_prefix, connect_timeout, session, value],
+    )?;
+    let lock = builder.build().map_err(|e| error::to_py(py, e))?;
+    Ok(AsyncLock::new(lock, name))
 }
 
 #[pymethods]

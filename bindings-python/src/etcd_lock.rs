@@ -51,30 +51,48 @@ per_thread_lock_methods!(EtcdLock, "lockyard.etcd.Lock", {
         value: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let name = text("name", name)?;
-        let mut builder = lockyard::etcd::Lock::builder(text("url", url)?, name.clone())
-            .timeout(optional_seconds("timeout", timeout)?);
-        if let Some(ttl) = ttl.filter(|t| !t.is_none()) {
-            builder = builder.ttl(seconds("ttl", ttl)?);
-        }
-        if let Some(wait) = connect_timeout.filter(|t| !t.is_none()) {
-            builder = builder.connect_timeout(seconds("connect_timeout", wait)?);
-        }
-        if let Some(prefix) = identity_prefix.filter(|p| !p.is_none()) {
-            builder = builder.identity_prefix(text("identity_prefix", prefix)?);
-        }
-        if let Some(value) = value.filter(|v| !v.is_none()) {
-            builder = builder.value(text("value", value)?);
-        }
-        if let Some(session) = session.filter(|s| !s.is_none()) {
-            let session = convert::session::<EtcdSession>(session)?;
-            builder = session.get().session.call(py, |s| Ok(builder.session(s)))?;
-        }
+        let builder = etcd_lock_builder(
+            py,
+            url,
+            &name,
+            [ttl, timeout],
+            [identity_prefix, connect_timeout, session, value],
+        )?;
         Ok(EtcdLock {
             lock: Unlocked::build(py, || builder.build())?,
             name,
         })
     }
 });
+
+/// The etcd lock's options, as the sync and async classes take them.
+pub(crate) fn etcd_lock_builder(
+    py: Python<'_>,
+    url: &Bound<'_, PyAny>,
+    name: &str,
+    [ttl, timeout]: [Option<&Bound<'_, PyAny>>; 2],
+    [identity_prefix, connect_timeout, session, value]: [Option<&Bound<'_, PyAny>>; 4],
+) -> PyResult<lockyard::etcd::LockBuilder> {
+    let mut builder = lockyard::etcd::Lock::builder(text("url", url)?, name)
+        .timeout(optional_seconds("timeout", timeout)?);
+    if let Some(ttl) = ttl.filter(|t| !t.is_none()) {
+        builder = builder.ttl(seconds("ttl", ttl)?);
+    }
+    if let Some(wait) = connect_timeout.filter(|t| !t.is_none()) {
+        builder = builder.connect_timeout(seconds("connect_timeout", wait)?);
+    }
+    if let Some(prefix) = identity_prefix.filter(|p| !p.is_none()) {
+        builder = builder.identity_prefix(text("identity_prefix", prefix)?);
+    }
+    if let Some(value) = value.filter(|v| !v.is_none()) {
+        builder = builder.value(text("value", value)?);
+    }
+    if let Some(session) = session.filter(|s| !s.is_none()) {
+        let session = convert::session::<EtcdSession>(session)?;
+        builder = session.get().session.call(py, |s| Ok(builder.session(s)))?;
+    }
+    Ok(builder)
+}
 
 /// `lockyard.etcd.holder(url, name)`: what the lock's current holder
 /// stored (its value under a session, else its identity), or None.

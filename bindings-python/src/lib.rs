@@ -50,6 +50,7 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("AsyncLock", module.py().get_type::<async_lock::AsyncLock>())?;
     module.add_function(wrap_pyfunction!(async_lock::async_redis_lock, module)?)?;
     module.add_function(wrap_pyfunction!(async_lock::async_gcs_lock, module)?)?;
+    module.add_function(wrap_pyfunction!(async_lock::async_etcd_lock, module)?)?;
     module.add(
         "AsyncRwLock",
         module.py().get_type::<async_rw_lock::AsyncRwLock>(),
@@ -59,11 +60,17 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module
     )?)?;
     module.add(
-        "AsyncRedisWaitGroup",
-        module
-            .py()
-            .get_type::<async_wait_group::AsyncRedisWaitGroup>(),
+        "AsyncWaitGroup",
+        module.py().get_type::<async_wait_group::AsyncWaitGroup>(),
     )?;
+    module.add_function(wrap_pyfunction!(
+        async_wait_group::async_redis_wait_group,
+        module
+    )?)?;
+    module.add_function(wrap_pyfunction!(
+        async_wait_group::async_etcd_wait_group,
+        module
+    )?)?;
     module.add(
         "AsyncRedisElection",
         module.py().get_type::<async_session::AsyncRedisElection>(),

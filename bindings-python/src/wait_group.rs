@@ -267,20 +267,31 @@ wait_group_methods!(EtcdWaitGroup, {
     ) -> PyResult<Self> {
         let name = text("name", name)?;
         let limit = count("limit", limit)?;
-        let mut builder =
-            lockyard::etcd::WaitGroup::builder(text("url", url)?, name.clone(), limit);
-        if let Some(ttl) = ttl.filter(|t| !t.is_none()) {
-            builder = builder.ttl(seconds("ttl", ttl)?);
-        }
-        if let Some(wait) = connect_timeout.filter(|t| !t.is_none()) {
-            builder = builder.connect_timeout(seconds("connect_timeout", wait)?);
-        }
+        let builder = etcd_wait_group_builder(url, &name, limit, ttl, connect_timeout)?;
         let build = || Ok(Box::new(builder.build()?) as Box<dyn SlotGroup>);
         Ok(EtcdWaitGroup {
             group: Group::build(py, name, limit, "lockyard.etcd.WaitGroup", build)?,
         })
     }
 });
+
+/// The etcd wait group's options, as the sync and async classes take them.
+pub(crate) fn etcd_wait_group_builder(
+    url: &Bound<'_, PyAny>,
+    name: &str,
+    limit: u32,
+    ttl: Option<&Bound<'_, PyAny>>,
+    connect_timeout: Option<&Bound<'_, PyAny>>,
+) -> PyResult<lockyard::etcd::WaitGroupBuilder> {
+    let mut builder = lockyard::etcd::WaitGroup::builder(text("url", url)?, name, limit);
+    if let Some(ttl) = ttl.filter(|t| !t.is_none()) {
+        builder = builder.ttl(seconds("ttl", ttl)?);
+    }
+    if let Some(wait) = connect_timeout.filter(|t| !t.is_none()) {
+        builder = builder.connect_timeout(seconds("connect_timeout", wait)?);
+    }
+    Ok(builder)
+}
 
 /// One slot of a ``WaitGroup``, taken by ``with wg.slot() as slot:`` and
 /// freed when the block ends (normally, by exception, ``break`` or

@@ -58,7 +58,7 @@ impl<'a, G: SlotGroup> Slot<'a, G> {
     }
 
     /// The slot of an async task.
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", feature = "etcd"))]
     pub(crate) fn for_task(group: &'a G, token: String) -> Self {
         Slot {
             group,
@@ -70,7 +70,7 @@ impl<'a, G: SlotGroup> Slot<'a, G> {
 
     /// Marks the slot freed and returns its group and token, for a release
     /// done elsewhere (an async one).
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", feature = "etcd"))]
     pub(crate) fn disarm(mut self) -> (&'a G, String) {
         self.released = true;
         (self.group, std::mem::take(&mut self.token))

@@ -69,7 +69,7 @@ impl<'a, L: ThreadLock> Guard<'a, L> {
     }
 
     /// The guard of an async task's hold, `holder` being its number.
-    #[cfg(any(feature = "redis", feature = "gcs"))]
+    #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
     pub(crate) fn for_task(lock: &'a L, holder: u64) -> Self {
         Guard {
             lock,
@@ -111,7 +111,7 @@ impl<'a, L: ThreadLock> Guard<'a, L> {
 
     /// Marks the guard released and returns its holder, for a release done
     /// elsewhere (an async one).
-    #[cfg(any(feature = "redis", feature = "gcs"))]
+    #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
     pub(crate) fn disarm(mut self) -> (&'a L, u64) {
         self.released = true;
         (self.lock, self.holder)
@@ -186,7 +186,7 @@ pub(crate) use thread_lock;
 /// `impl`: its `take_async(holder, deadline)` and
 /// `release_holder_async(holder)` do the work, and each task is a holder.
 /// [`async_guard!`] gives its guard `release_async`.
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 macro_rules! async_twins {
     () => {
         /// The async twin of [`Lock::acquire`]: waits up to `timeout`
@@ -256,11 +256,11 @@ macro_rules! async_twins {
         }
     };
 }
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub(crate) use async_twins;
 
 /// `release_async` for the guard of a lock with [`async_twins!`].
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 macro_rules! async_guard {
     ($lock:ty) => {
         impl $crate::guard::Guard<'_, $lock> {
@@ -276,5 +276,5 @@ macro_rules! async_guard {
         }
     };
 }
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub(crate) use async_guard;

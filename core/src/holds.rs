@@ -276,7 +276,7 @@ impl<V: Held + Send + 'static> PerHolder<V> {
 
     /// [`PerHolder::acquire`] for an async holder: `take` is awaited.
     /// Dropped meanwhile, the holder may acquire again.
-    #[cfg(any(feature = "redis", feature = "gcs"))]
+    #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
     pub(crate) async fn acquire_async(
         &self,
         holder: u64,
@@ -333,7 +333,7 @@ impl<V: Held + Send + 'static> PerHolder<V> {
 
     /// Reports a release like [`PerHolder::release`] does (a lost hold is
     /// logged).
-    #[cfg(any(feature = "redis", feature = "gcs"))]
+    #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
     pub(crate) fn released(&self, released: Result<bool>) -> Result<bool> {
         self.table.warn_if_lost(released)
     }

@@ -73,7 +73,7 @@ pub(crate) fn holder_number() -> u64 {
 /// from every thread number and binding key. Outside a task (the root
 /// future of `Runtime::block_on`, which never leaves its thread) the
 /// calling thread holds.
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub(crate) fn task_holder_number() -> u64 {
     let task = tokio::task::try_id().and_then(|id| id.to_string().parse::<u64>().ok());
     match task {

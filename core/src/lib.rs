@@ -92,6 +92,6 @@ pub use identity::{as_holder, note_process_start};
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub use limits::{MAX_PERIOD, MAX_WAIT};
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
-pub use runtime::{detach, finish_background_work, Detached};
+pub use runtime::{detach, finish_background_work, live_tasks, Detached};
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub use wait::{Deadline, Interrupt};

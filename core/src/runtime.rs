@@ -238,6 +238,55 @@ pub(crate) async fn unblocked<T: Send + 'static>(
     called.await.ok()
 }
 
+/// Runs `future` on lockyard's runtime and awaits its outcome, for an async
+/// caller of work whose connections live there (etcd's HTTP pool: a
+/// connection made on a caller's runtime would die with that runtime).
+/// Awaitable on any executor. Dropped meanwhile, the future is dropped at
+/// its next await, on the runtime, where its drop guards clean up; an
+/// exiting process waits until it has been. `what` names the object for
+/// the error when the runtime shut down before the future ended.
+#[cfg(feature = "etcd")]
+pub(crate) async fn on_runtime<T: Send + 'static>(
+    what: &str,
+    future: impl Future<Output = crate::Result<T>> + Send + 'static,
+) -> crate::Result<T> {
+    struct AbortOnDrop(Detached);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let (done, outcome) = tokio::sync::oneshot::channel();
+    let _running = AbortOnDrop(detach(async move {
+        let _ = done.send(future.await);
+    }));
+    outcome.await.unwrap_or_else(|_| Err(shut_down(what)))
+}
+
+/// [`on_runtime`] for work that must reach its end even when its caller
+/// goes away (a release): dropped meanwhile, it runs on, and an exiting
+/// process waits for it.
+#[cfg(feature = "etcd")]
+pub(crate) async fn to_the_end<T: Send + 'static>(
+    what: &str,
+    future: impl Future<Output = crate::Result<T>> + Send + 'static,
+) -> crate::Result<T> {
+    let (done, outcome) = tokio::sync::oneshot::channel();
+    spawn_awaited(async move {
+        let _ = done.send(future.await);
+    });
+    outcome.await.unwrap_or_else(|_| Err(shut_down(what)))
+}
+
+/// What an async call answers when lockyard's runtime shut down (the
+/// process is exiting) before the call ended.
+#[cfg(any(feature = "gcs", feature = "etcd"))]
+pub(crate) fn shut_down(what: &str) -> crate::Error {
+    crate::Error::config(format!(
+        "{what}: lockyard's runtime shut down before the call ended"
+    ))
+}
+
 thread_local! {
     /// Set on the runtime's own blocking threads, which may block on it
     /// (see [`block_on`]).
@@ -334,9 +383,12 @@ fn exit_deadline() -> Instant {
     }
 }
 
-/// Tasks spawned and not yet finished, on this process's runtime.
-#[cfg(feature = "quorum")]
-pub(crate) fn alive_tasks() -> usize {
+/// Live tasks on lockyard's internal runtime (requests in flight,
+/// refreshers, connection drivers, waits run for async callers). Tests use
+/// it to prove that they return to their baseline after timeouts,
+/// cancellations and node failures.
+#[doc(hidden)]
+pub fn live_tasks() -> usize {
     handle().metrics().num_alive_tasks()
 }
 

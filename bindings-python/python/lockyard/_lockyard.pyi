@@ -18,8 +18,8 @@ __all__ = [
     "AsyncLock",
     "AsyncRedisElection",
     "AsyncRedisObserver",
-    "AsyncRedisWaitGroup",
     "AsyncRwLock",
+    "AsyncWaitGroup",
     "Completions",
     "EtcdElection",
     "EtcdLock",
@@ -36,9 +36,12 @@ __all__ = [
     "RedisTerm",
     "RedisWaitGroup",
     "__version__",
+    "async_etcd_lock",
+    "async_etcd_wait_group",
     "async_gcs_lock",
     "async_quorum_rw_lock",
     "async_redis_lock",
+    "async_redis_wait_group",
     "end_block",
     "etcd_claim",
     "etcd_holder",
@@ -513,6 +516,17 @@ def async_redis_lock(
     session: RedisSession | None = None,
     value: str | None = None,
 ) -> AsyncLock: ...
+def async_etcd_lock(
+    url: str,
+    name: str,
+    ttl: float | None = None,
+    timeout: float | None = None,
+    *,
+    identity_prefix: str | None = None,
+    connect_timeout: float | None = None,
+    session: EtcdSession | None = None,
+    value: str | None = None,
+) -> AsyncLock: ...
 def async_gcs_lock(
     bucket_name: str,
     path: str,
@@ -585,19 +599,26 @@ class AsyncRwLock:
     def check_health(self, key: int) -> None: ...
     def held(self, key: int) -> bool: ...
 
+def async_redis_wait_group(
+    url: str,
+    name: str,
+    limit: int,
+    ttl: float | None = None,
+    *,
+    refresh_interval: float | None = None,
+    max_refresh_fails: int | None = None,
+    connect_timeout: float | None = None,
+) -> AsyncWaitGroup: ...
+def async_etcd_wait_group(
+    url: str,
+    name: str,
+    limit: int,
+    ttl: float | None = None,
+    *,
+    connect_timeout: float | None = None,
+) -> AsyncWaitGroup: ...
 @final
-class AsyncRedisWaitGroup:
-    def __new__(
-        cls,
-        url: str,
-        name: str,
-        limit: int,
-        ttl: float | None = None,
-        *,
-        refresh_interval: float | None = None,
-        max_refresh_fails: int | None = None,
-        connect_timeout: float | None = None,
-    ) -> Self: ...
+class AsyncWaitGroup:
     @property
     def name(self) -> str: ...
     @property

@@ -19,6 +19,10 @@ use crate::error::Error;
 
 /// gRPC's codes, as the gateway reports them (CANCELLED: a call cut
 /// short, e.g. by a member shutting down).
+/// Idle connections kept per member, and for how long.
+const IDLE_CONNECTIONS: usize = 4;
+const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
 const CANCELLED: i64 = 1;
 const NOT_FOUND: i64 = 5;
 const OUT_OF_RANGE: i64 = 11;
@@ -130,7 +134,13 @@ impl Client {
             .connect_timeout(self.request_timeout)
             .tcp_nodelay(true)
             // A watch waits on a quiet connection: notice a dead peer.
-            .tcp_keepalive(Duration::from_secs(5));
+            .tcp_keepalive(Duration::from_secs(5))
+            // Each waiting watch has a connection of its own: once the
+            // waits end (a crowd of them given up, say), keep a few for the
+            // requests to come and close the rest, rather than keep every
+            // one with its task for the pool's default 90 s.
+            .pool_max_idle_per_host(IDLE_CONNECTIONS)
+            .pool_idle_timeout(IDLE_TIMEOUT);
         // Checked when the URL was parsed: this does not fail.
         let builder = self.target.tls.configure(builder).map_err(failed)?;
         let client = builder.build().map_err(failed)?;

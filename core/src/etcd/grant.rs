@@ -1,9 +1,10 @@
-//! Taking a place in a line from a blocking caller: the key goes on this
-//! process's lease, the wait ends on the caller's deadline or interrupt,
-//! and a key left behind by a wait given up is handed to the lease to
-//! delete. Shared by the lock and the wait group.
+//! Taking a place in a line and giving it back, for a blocking or an async
+//! caller: the key goes on this process's lease, the wait ends on the
+//! caller's deadline, interrupt or drop, and a key left behind by a wait
+//! given up is handed to the lease to delete. Shared by the lock and the
+//! wait group.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::leases::{Held, Lease, Leases};
@@ -29,68 +30,139 @@ pub(crate) fn take(
     deadline: Deadline,
     interrupted: Interrupt<'_>,
 ) -> Result<Option<Grant>> {
-    if deadline.spent() {
+    let Some(one_attempt) = attempt(deadline) else {
         return Ok(None);
-    }
-    // A first run whose deadline already passed still makes its attempt.
-    let one_attempt = deadline.is_one_attempt() || deadline.left() == Some(Duration::ZERO);
-    // The lease the key went on, once asked for: where a key left by a
-    // wait given up is handed for deletion.
-    let queued: Mutex<Option<Arc<Lease>>> = Mutex::new(None);
-    let taking = async {
-        if one_attempt && queue.is_full().await? {
-            return Ok(None);
-        }
-        // A lease etcd forgot (revoked, or run out while nothing was held)
-        // is found on the first put; one more try gets a new one.
-        for _ in 0..2 {
-            let lease = leases.live(queue.request_until()).await?;
-            *queued.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease.clone());
-            match queue.take(key, value, &lease, one_attempt).await? {
-                Taken::Held { revision, resent } => {
-                    if let Some(bars) = &lease.bars {
-                        queue.put_bar(key, revision, bars).await?;
-                    }
-                    return Ok(Some((lease, revision, resent)));
-                }
-                Taken::Busy { resent } => {
-                    if resent {
-                        lease.stray(key.to_owned());
-                    }
-                    return Ok(None);
-                }
-                Taken::LeaseGone => continue,
-            }
-        }
-        Err(two_leases_lost(queue))
     };
     let until = if one_attempt { None } else { deadline.at() };
-    let ended = runtime::block_on_interruptibly(taking, until, interrupted);
-    let given_up = || {
-        if let Some(lease) = queued.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            lease.stray(key.to_owned());
-            // A bar put just before (its answer lost, say) goes too.
-            stray_bar(queue, &lease, key);
-        }
+    let waiting = wait(queue, leases, key, value, one_attempt);
+    match runtime::block_on_interruptibly(waiting, until, interrupted) {
+        Ended::Done(taken) => taken,
+        Ended::TimedOut => Ok(None),
+        Ended::Interrupted => Err(Error::Interrupted(queue.what().to_owned())),
+    }
+}
+
+/// [`take`] for an async caller. The wait runs on lockyard's runtime,
+/// where the client's connections live; dropped meanwhile, it leaves
+/// nothing held or queued.
+pub(crate) async fn take_async(
+    queue: Arc<Queue>,
+    leases: Arc<Leases>,
+    key: String,
+    value: String,
+    deadline: Deadline,
+) -> Result<Option<Grant>> {
+    let Some(one_attempt) = attempt(deadline) else {
+        return Ok(None);
     };
-    match ended {
-        Ended::Done(Ok(Some((lease, revision, resent)))) => Ok(Some(Grant {
-            held: lease.hold(key.to_owned(), revision, resent),
-            lease,
-        })),
-        // One attempt that found the line full took its key out again.
-        Ended::Done(Ok(None)) => Ok(None),
-        Ended::TimedOut => {
-            given_up();
-            Ok(None)
+    let until = if one_attempt { None } else { deadline.at() };
+    let what = queue.what().to_owned();
+    let delivered = runtime::on_runtime(&what, async move {
+        let waiting = wait(&queue, &leases, &key, &value, one_attempt);
+        let taken = match until {
+            None => waiting.await,
+            Some(at) => tokio::time::timeout_at(at.into(), waiting)
+                .await
+                .unwrap_or(Ok(None)),
+        };
+        // Unreceived (the caller went away as it was granted), the place
+        // is given back as the delivery is dropped.
+        taken.map(|grant| grant.map(|grant| Delivery(Some((queue, grant)))))
+    })
+    .await?;
+    Ok(delivered.map(Delivery::open))
+}
+
+/// Whether a take with `deadline` makes one attempt only; None when its
+/// deadline is spent and it makes none.
+fn attempt(deadline: Deadline) -> Option<bool> {
+    // A first run whose deadline already passed still makes its attempt.
+    (!deadline.spent())
+        .then(|| deadline.is_one_attempt() || deadline.left() == Some(Duration::ZERO))
+}
+
+/// The wait for a place, in the line or (`one_attempt`) at once. Dropped
+/// midway, or failing, it hands a key it may have put to its lease to
+/// delete.
+async fn wait(
+    queue: &Queue,
+    leases: &Leases,
+    key: &str,
+    value: &str,
+    one_attempt: bool,
+) -> Result<Option<Grant>> {
+    if one_attempt && queue.is_full().await? {
+        return Ok(None);
+    }
+    let mut queued = Queued {
+        queue,
+        key,
+        lease: None,
+    };
+    // A lease etcd forgot (revoked, or run out while nothing was held) is
+    // found on the first put; one more try gets a new one.
+    for _ in 0..2 {
+        let lease = leases.live(queue.request_until()).await?;
+        queued.lease = Some(lease.clone());
+        match queue.take(key, value, &lease, one_attempt).await? {
+            Taken::Held { revision, resent } => {
+                if let Some(bars) = &lease.bars {
+                    queue.put_bar(key, revision, bars).await?;
+                }
+                queued.lease = None;
+                return Ok(Some(Grant {
+                    held: lease.hold(key.to_owned(), revision, resent),
+                    lease,
+                }));
+            }
+            // One attempt that found the line full took its key out again.
+            Taken::Busy { resent } => {
+                queued.lease = None;
+                if resent {
+                    lease.stray(key.to_owned());
+                }
+                return Ok(None);
+            }
+            Taken::LeaseGone => continue,
         }
-        Ended::Done(Err(e)) => {
-            given_up();
-            Err(e)
+    }
+    Err(two_leases_lost(queue))
+}
+
+/// A key a wait may have put: handed to its lease for deletion if the wait
+/// ends without holding its place (given up, or failed).
+struct Queued<'a> {
+    queue: &'a Queue,
+    key: &'a str,
+    /// The lease the key went on, once asked for.
+    lease: Option<Arc<Lease>>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.stray(self.key.to_owned());
+            // A bar put just before (its answer lost, say) goes too.
+            stray_bar(self.queue, &lease, self.key);
         }
-        Ended::Interrupted => {
-            given_up();
-            Err(Error::Interrupted(queue.what().to_owned()))
+    }
+}
+
+/// A place granted to an async caller, on its way there: dropped unopened,
+/// it is given back in the background.
+struct Delivery(Option<(Arc<Queue>, Grant)>);
+
+impl Delivery {
+    fn open(mut self) -> Grant {
+        let (_, grant) = self.0.take().expect("a delivery is opened once");
+        grant
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if let Some((queue, grant)) = self.0.take() {
+            give_back_in_background(queue, grant);
         }
     }
 }
@@ -107,10 +179,29 @@ pub(crate) fn two_leases_lost(queue: &Queue) -> Error {
 /// gets no answer, or a key whose put may still land again, is left to the
 /// lease's keep-alive task, which deletes it.
 pub(crate) fn give_back(queue: &Queue, grant: &Grant) -> Result<bool> {
+    runtime::block_on(leave(queue, grant))
+}
+
+/// [`give_back`] for an async caller, on lockyard's runtime; dropped
+/// before it ends, the give-back runs on.
+pub(crate) async fn give_back_async(queue: Arc<Queue>, grant: Grant) -> Result<bool> {
+    let what = queue.what().to_owned();
+    runtime::to_the_end(&what, async move { leave(&queue, &grant).await }).await
+}
+
+/// [`give_back`] that returns at once; an exiting process waits for it.
+pub(crate) fn give_back_in_background(queue: Arc<Queue>, grant: Grant) {
+    runtime::spawn_awaited(async move {
+        // A loss is the lease's to report; the key is dealt with either way.
+        let _ = leave(&queue, &grant).await;
+    });
+}
+
+async fn leave(queue: &Queue, grant: &Grant) -> Result<bool> {
     let was_live = grant.held.health.is_healthy();
     let (key, revision) = (&grant.held.key, grant.held.revision);
     let lease_live = grant.lease.health.is_healthy();
-    let left = runtime::block_on(queue.leave(key, revision, was_live, &grant.lease));
+    let left = queue.leave(key, revision, was_live, &grant.lease).await;
     if left.is_err() || grant.held.resent {
         grant.lease.stray(key.clone());
     }

@@ -12,7 +12,9 @@ use super::target::Target;
 use crate::error::{Error, Result};
 use crate::health::Health;
 use crate::holds::PerHolder;
-use crate::identity::{holder_identity, holder_number, random_hex};
+use crate::identity::{
+    as_holder_number, binding_holder, holder_identity, holder_number, random_hex,
+};
 use crate::lease::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_TTL};
 use crate::limits;
 use crate::runtime;
@@ -240,14 +242,7 @@ impl Lock {
     }
 
     fn take(&self, deadline: Deadline, interrupted: Interrupt<'_>) -> Result<Option<Grant>> {
-        if let Some(session) = &self.session {
-            session.usable()?;
-        }
-        let key = self.queue.key(&random_hex(12));
-        let value = match &self.value {
-            Some(value) => value.clone(),
-            None => holder_identity(&self.prefix),
-        };
+        let (key, value) = self.place()?;
         grant::take(
             &self.queue,
             &self.leases(),
@@ -256,6 +251,20 @@ impl Lock {
             deadline,
             interrupted,
         )
+    }
+
+    /// The calling holder's key in the line and what it stores; refused
+    /// under a session that cannot take locks any more.
+    fn place(&self) -> Result<(String, String)> {
+        if let Some(session) = &self.session {
+            session.usable()?;
+        }
+        let key = self.queue.key(&random_hex(12));
+        let value = match &self.value {
+            Some(value) => value.clone(),
+            None => holder_identity(&self.prefix),
+        };
+        Ok((key, value))
     }
 
     /// This process's leases (after a fork, the child's own), or the
@@ -344,6 +353,43 @@ impl Lock {
     pub fn identity(&self) -> String {
         holder_identity(&self.prefix)
     }
+
+    crate::guard::async_twins!();
+
+    /// The async twin of [`Lock::leave`], for the holder `key`: Ok(true)
+    /// in a process forked inside the block, whose hold is the parent's.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] if `key` holds nothing.
+    pub async fn leave_for_async(&self, key: u64) -> Result<bool> {
+        match self.holds.leave_out(binding_holder(key))? {
+            Some(grant) => self.give_back_async(grant).await,
+            None => Ok(true),
+        }
+    }
+
+    /// The async twin of [`Lock::locked`].
+    pub async fn locked_async(&self) -> Result<bool> {
+        let queue = self.queue.clone();
+        runtime::on_runtime(self.queue.what(), async move { queue.anyone_holds().await }).await
+    }
+
+    async fn take_async(&self, holder: u64, deadline: Deadline) -> Result<()> {
+        let deadline = deadline.check()?;
+        let (key, value) = as_holder_number(holder, || self.place())?;
+        let taking = grant::take_async(self.queue.clone(), self.leases(), key, value, deadline);
+        self.holds.acquire_async(holder, deadline, taking).await
+    }
+
+    async fn release_holder_async(&self, holder: u64) -> Result<bool> {
+        let grant = self.holds.take_out(holder)?;
+        self.give_back_async(grant).await
+    }
+
+    async fn give_back_async(&self, grant: Grant) -> Result<bool> {
+        let released = grant::give_back_async(self.queue.clone(), grant).await;
+        self.holds.released(released)
+    }
 }
 
 impl Drop for Lock {
@@ -354,7 +400,9 @@ impl Drop for Lock {
     }
 }
 
-/// Proof that the calling thread holds a [`Lock`]; releases it on drop.
+/// Proof that the calling thread (or, from [`Lock::acquire_async`], task)
+/// holds a [`Lock`]; releases it on drop.
 pub type LockGuard<'a> = crate::guard::Guard<'a, Lock>;
 
 crate::guard::thread_lock!(Lock);
+crate::guard::async_guard!(Lock);

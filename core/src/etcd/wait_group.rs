@@ -1,12 +1,13 @@
 //! The etcd wait group: the `limit`-place line of [`Queue`], its slots
 //! held per process and handed between processes by token.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::client::Client;
 use super::grant::{self, Grant};
-use super::leases::{self, Leases};
+use super::leases::{self, Lease, Leases};
 use super::queue::{Queue, Shape};
 use super::slots::Adopted;
 use super::target::Target;
@@ -185,9 +186,7 @@ impl WaitGroup {
         in_block: bool,
     ) -> Result<String> {
         let deadline = deadline.check()?;
-        let token = random_hex(TOKEN_LEN / 2);
-        let key = self.queue.key(&token);
-        let value = holder_identity(&self.prefix);
+        let (token, key, value) = self.place();
         let grant = grant::take(
             &self.queue,
             &self.leases(),
@@ -195,8 +194,27 @@ impl WaitGroup {
             &value,
             deadline,
             interrupted,
-        )?
-        .ok_or_else(|| deadline.ran_out(format!("a slot of {}", self.queue.what())))?;
+        )?;
+        self.keep(token, grant, deadline, in_block)
+    }
+
+    /// A new slot's token, its key in the line and what the key stores.
+    fn place(&self) -> (String, String, String) {
+        let token = random_hex(TOKEN_LEN / 2);
+        let key = self.queue.key(&token);
+        (token, key, holder_identity(&self.prefix))
+    }
+
+    /// Keeps the slot `grant` of a take with `deadline` (None: it ran out).
+    fn keep(
+        &self,
+        token: String,
+        grant: Option<Grant>,
+        deadline: Deadline,
+        in_block: bool,
+    ) -> Result<String> {
+        let grant =
+            grant.ok_or_else(|| deadline.ran_out(format!("a slot of {}", self.queue.what())))?;
         self.slots
             .get()
             .insert(token.clone(), Held { grant, in_block });
@@ -228,23 +246,34 @@ impl WaitGroup {
         let held = self.slots.get().remove(token);
         match (held, self.key(token)) {
             (Some(held), _) => self.free(held),
-            (None, Some(key)) => runtime::block_on(async {
-                let marks = self.leases().live(self.queue.request_until()).await?;
-                let removed = self.queue.remove(&key, Some(&marks)).await?;
-                // A token of a group of another limit names another key.
-                if !removed {
-                    self.queue.check_shape().await?;
-                }
-                Ok(removed)
-            }),
+            (None, Some(key)) => runtime::block_on(self.remove(key)),
             (None, None) => Ok(false),
+        }
+    }
+
+    /// Frees the slot `key`, which this process does not hold.
+    fn remove(&self, key: String) -> impl Future<Output = Result<bool>> + Send + 'static {
+        let (queue, leases) = (self.queue.clone(), self.leases());
+        async move {
+            let marks = leases.live(queue.request_until()).await?;
+            let removed = queue.remove(&key, Some(&marks)).await?;
+            // A token of a group of another limit names another key.
+            if !removed {
+                queue.check_shape().await?;
+            }
+            Ok(removed)
         }
     }
 
     /// Frees a slot this process holds, warning if it had been lost.
     fn free(&self, held: Held) -> Result<bool> {
+        self.warn_if_lost(grant::give_back(&self.queue, &held.grant))
+    }
+
+    /// Passes a free's outcome on, warning if the slot had been lost.
+    fn warn_if_lost(&self, freed: Result<bool>) -> Result<bool> {
         health::warn_if_lost(
-            grant::give_back(&self.queue, &held.grant),
+            freed,
             || format!("a slot of {}", self.queue.what()),
             "freed",
             "more than its limit",
@@ -264,24 +293,38 @@ impl WaitGroup {
         let Some(key) = self.key(token) else {
             return Ok(false);
         };
-        let leases = self.leases();
+        let adopted = runtime::block_on(self.move_here(key.clone()))?;
+        Ok(self.adopted(token, key, adopted))
+    }
+
+    /// Moves the slot `key` onto this group's lease; its lease and
+    /// revision, or None when it is gone.
+    fn move_here(
+        &self,
+        key: String,
+    ) -> impl Future<Output = Result<Option<(Arc<Lease>, i64)>>> + Send + 'static {
+        let (queue, leases) = (self.queue.clone(), self.leases());
         let adopter = holder_identity(&self.prefix);
-        let adopting = async {
+        async move {
             for _ in 0..2 {
-                let lease = leases.live(self.queue.request_until()).await?;
-                match self.queue.adopt(&key, &lease, &adopter).await? {
+                let lease = leases.live(queue.request_until()).await?;
+                match queue.adopt(&key, &lease, &adopter).await? {
                     Adopted::Ours(revision) => return Ok(Some((lease, revision))),
                     Adopted::Gone => {
-                        self.queue.check_shape().await?;
+                        queue.check_shape().await?;
                         return Ok(None);
                     }
                     Adopted::LeaseGone => continue,
                 }
             }
-            Err(grant::two_leases_lost(&self.queue))
-        };
-        let Some((lease, revision)) = runtime::block_on(adopting)? else {
-            return Ok(false);
+            Err(grant::two_leases_lost(&queue))
+        }
+    }
+
+    /// Keeps the slot of `token` that [`WaitGroup::move_here`] adopted.
+    fn adopted(&self, token: &str, key: String, adopted: Option<(Arc<Lease>, i64)>) -> bool {
+        let Some((lease, revision)) = adopted else {
+            return false;
         };
         let mut slots = self.slots.get();
         let in_block = slots.get(token).is_some_and(|held| held.in_block);
@@ -290,7 +333,7 @@ impl WaitGroup {
             lease,
         };
         slots.insert(token.to_owned(), Held { grant, in_block });
-        Ok(true)
+        true
     }
 
     /// Ends a block that took the slot of `token`: frees only a slot this
@@ -401,18 +444,7 @@ impl WaitGroup {
     }
 
     fn free_in_background(&self, held: Held) {
-        let queue = self.queue.clone();
-        // Awaited at exit: a finalizer at exit hands its blocks here.
-        runtime::spawn_awaited(async move {
-            let grant = &held.grant;
-            let was_live = grant.held.health.is_healthy();
-            let left = queue
-                .leave(&grant.held.key, grant.held.revision, was_live, &grant.lease)
-                .await;
-            if left.is_err() || grant.held.resent {
-                grant.lease.stray(grant.held.key.clone());
-            }
-        });
+        grant::give_back_in_background(self.queue.clone(), held.grant);
     }
 
     /// Takes out the slots of open blocks.
@@ -427,6 +459,137 @@ impl WaitGroup {
             .iter()
             .filter_map(|token| slots.remove(token))
             .collect()
+    }
+}
+
+/// The async twins: each wait runs on lockyard's runtime, where the
+/// client's connections live, and the caller awaits it on any executor.
+impl WaitGroup {
+    /// The async twin of [`WaitGroup::acquire`]: waits up to `timeout`,
+    /// holding no thread. Dropping the future before it completes leaves
+    /// nothing held or queued; dropping the slot frees it in the
+    /// background ([`Slot::release_async`](crate::group::Slot) waits for
+    /// the answer instead).
+    ///
+    /// # Errors
+    /// Those of [`WaitGroup::acquire`].
+    pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<Slot<'_, WaitGroup>> {
+        let token = self.take_async(Deadline::after(timeout), true).await?;
+        Ok(Slot::for_task(self, token))
+    }
+
+    /// The async twin of [`WaitGroup::add`], waiting until `deadline` (a
+    /// [`Deadline`], or a timeout: None waits forever, zero tries once).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out.
+    pub async fn add_async(&self, deadline: impl Into<Deadline>) -> Result<String> {
+        self.take_async(deadline.into(), false).await
+    }
+
+    /// The async twin of [`WaitGroup::enter`].
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the wait runs out.
+    pub async fn enter_async(&self, deadline: impl Into<Deadline>) -> Result<String> {
+        self.take_async(deadline.into(), true).await
+    }
+
+    async fn take_async(&self, deadline: Deadline, in_block: bool) -> Result<String> {
+        let deadline = deadline.check()?;
+        let (token, key, value) = self.place();
+        let grant =
+            grant::take_async(self.queue.clone(), self.leases(), key, value, deadline).await?;
+        self.keep(token, grant, deadline, in_block)
+    }
+
+    /// The async twin of [`WaitGroup::done`].
+    ///
+    /// # Errors
+    /// Those of [`WaitGroup::done`].
+    pub async fn done_async(&self, token: &str) -> Result<bool> {
+        let held = self.slots.get().remove(token);
+        match (held, self.key(token)) {
+            (Some(held), _) => self.free_async(held).await,
+            (None, Some(key)) => runtime::on_runtime(self.queue.what(), self.remove(key)).await,
+            (None, None) => Ok(false),
+        }
+    }
+
+    /// The async twin of [`WaitGroup::adopt`].
+    ///
+    /// # Errors
+    /// Those of [`WaitGroup::adopt`].
+    pub async fn adopt_async(&self, token: &str) -> Result<bool> {
+        let Some(key) = self.key(token) else {
+            return Ok(false);
+        };
+        let moving = self.move_here(key.clone());
+        let adopted = runtime::on_runtime(self.queue.what(), moving).await?;
+        Ok(self.adopted(token, key, adopted))
+    }
+
+    /// The async twin of [`WaitGroup::leave`].
+    ///
+    /// # Errors
+    /// Those of [`WaitGroup::leave`].
+    pub async fn leave_async(&self, token: &str) -> Result<bool> {
+        match self.slots.leave(token) {
+            Leaving::Held(held) => self.free_async(held).await,
+            Leaving::Inherited => Ok(true),
+            Leaving::NotHeld => Ok(false),
+        }
+    }
+
+    /// [`WaitGroup::free`] for an async caller: dropped before it ends, the
+    /// slot is freed all the same.
+    async fn free_async(&self, held: Held) -> Result<bool> {
+        let freed = grant::give_back_async(self.queue.clone(), held.grant).await;
+        self.warn_if_lost(freed)
+    }
+
+    /// The async twin of [`WaitGroup::wait`]: Ok(false) when the timeout
+    /// ran out. Dropping the future leaves no watch behind.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a timeout over 100 years.
+    pub async fn wait_async(&self, timeout: Option<Duration>) -> Result<bool> {
+        let deadline = Deadline::after(timeout).check()?;
+        let queue = self.queue.clone();
+        let idle = runtime::on_runtime(self.queue.what(), async move {
+            if deadline.is_one_attempt() {
+                return Ok(queue.held().await? == 0);
+            }
+            let Some(at) = deadline.at() else {
+                return queue.until_empty().await.map(|()| true);
+            };
+            match tokio::time::timeout_at(at.into(), queue.until_empty()).await {
+                Ok(emptied) => emptied.map(|()| true),
+                Err(_) => Ok(false),
+            }
+        });
+        idle.await
+    }
+
+    /// The async twin of [`WaitGroup::count`].
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if no member answers.
+    pub async fn count_async(&self) -> Result<u32> {
+        let queue = self.queue.clone();
+        runtime::on_runtime(self.queue.what(), async move { queue.held().await }).await
+    }
+}
+
+impl Slot<'_, WaitGroup> {
+    /// Frees the slot now and reports whether it was still live. Dropped
+    /// before the answer, the release finishes in the background.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if no member answers.
+    pub async fn release_async(self) -> Result<bool> {
+        let (group, token) = self.disarm();
+        group.done_async(&token).await
     }
 }
 

@@ -109,9 +109,6 @@ impl Engine {
     }
 
     fn runtime_gone(&self) -> Error {
-        Error::config(format!(
-            "{}: lockyard's runtime shut down before the call ended",
-            self.what
-        ))
+        runtime::shut_down(&self.what)
     }
 }

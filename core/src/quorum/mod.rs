@@ -28,10 +28,5 @@ pub use admin::{force_release, inspect, Grant, NodeState};
 pub use guards::{ReadGuard, WriteGuard};
 pub use rw_lock::{RwLock, RwLockBuilder};
 
-/// Live tasks on lockyard's internal runtime (requests in flight,
-/// refreshers, connection drivers). Tests use it to prove that the fan-out
-/// returns to its baseline after timeouts, cancellations and node failures.
 #[doc(hidden)]
-pub fn live_tasks() -> usize {
-    crate::runtime::alive_tasks()
-}
+pub use crate::runtime::live_tasks;

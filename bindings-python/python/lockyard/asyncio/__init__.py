@@ -14,5 +14,6 @@ line, in arrival order.
 
 ``lockyard.asyncio.redis`` has the Redis ``Lock``, ``WaitGroup``,
 ``Session``, ``Election`` and ``exclusive``; ``lockyard.asyncio.quorum``
-the quorum ``RwLock``; ``lockyard.asyncio.gcs`` the GCS ``Lock``.
+the quorum ``RwLock``; ``lockyard.asyncio.gcs`` the GCS ``Lock``;
+``lockyard.asyncio.etcd`` the etcd ``Lock`` and ``WaitGroup``.
 """
