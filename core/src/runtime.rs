@@ -229,7 +229,7 @@ pub(crate) fn spawn_blocking(work: impl FnOnce() + Send + 'static) {
 /// and awaits its outcome: for an async caller of a blocking operation.
 /// Dropped meanwhile, `call` runs to its end all the same. None if the
 /// runtime shut down before it ended.
-#[cfg(any(feature = "redis", feature = "gcs"))]
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub(crate) async fn unblocked<T: Send + 'static>(
     call: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {

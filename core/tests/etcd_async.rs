@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_support::{group_at, lock_at, EtcdServer};
-use lockyard::etcd::{Lock, WaitGroup};
+use lockyard::etcd::{Election, Lock, Session, WaitGroup};
 use lockyard::Error;
 use no_tokio::block_on_without_tokio;
 
@@ -328,4 +328,166 @@ fn tasks_return_to_baseline_after_many_cancelled_waits() {
         .await;
         assert!(held.release_async().await.unwrap());
     });
+}
+
+fn session(server: &EtcdServer) -> Session {
+    etcd_support::session_at(&server.url(), 5, 0, 5)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_session_is_built_and_destroyed_by_awaiting_and_frees_its_locks() {
+    let server = EtcdServer::start();
+    let session = Session::builder(server.url())
+        .ttl(Duration::from_secs(5))
+        .build_async()
+        .await
+        .unwrap();
+    session.check_health().unwrap();
+    let lock = Lock::builder(server.url(), "task-7")
+        .session(&session)
+        .value("worker-3")
+        .build()
+        .unwrap();
+    let guard = lock.acquire_async(Some(MS(5000))).await.unwrap();
+    assert_eq!(
+        lockyard::etcd::holder(&server.url(), "task-7").unwrap(),
+        Some("worker-3".to_owned())
+    );
+    session.destroy_async().await.unwrap();
+    assert!(!session.healthy() && !guard.healthy());
+    assert!(server.keys().is_empty(), "the session's keys went with it");
+    assert!(server.leases().is_empty(), "{:?}", server.leases());
+    session.destroy_async().await.unwrap();
+    assert!(matches!(
+        lock.acquire_async(Some(MS(100))).await,
+        Err(Error::AlreadyLocked(_) | Error::Config(_))
+    ));
+    drop(guard);
+    assert!(matches!(
+        Session::builder("etcd://127.0.0.1:1")
+            .connect_timeout(MS(200))
+            .build_async()
+            .await,
+        Err(Error::Backend { .. })
+    ));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_session_build_dropped_midway_leaves_no_lease() {
+    let server = EtcdServer::start();
+    for step in 0..10 {
+        let building = Session::builder(server.url())
+            .ttl(Duration::from_secs(30))
+            .build_async();
+        let _ = cut_off(MS(step * 2), building).await;
+    }
+    eventually(MS(5000), "no lease is left", || server.leases().is_empty()).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn campaigns_resigns_and_observers_by_awaiting() {
+    let server = EtcdServer::start();
+    let (sa, sb) = (session(&server), session(&server));
+    let a = Election::new(&server.url(), "scheduler", &sa).unwrap();
+    let b = Arc::new(Election::new(&server.url(), "scheduler", &sb).unwrap());
+    let mut observer = a.observe();
+    let first = observer.next_change_async(MS(5000)).await.unwrap();
+    assert_eq!(first.map(|term| term.value), Some(None), "nobody leads");
+    assert!(a.campaign_async("node-a", Some(MS(5000))).await.unwrap());
+    assert!(a.is_leader());
+    let token_a = a.fencing_token().unwrap();
+    assert!(matches!(
+        a.campaign_async("node-a", None).await,
+        Err(Error::AlreadyLocked(_))
+    ));
+    assert!(!b.campaign_async("node-b", Some(MS(200))).await.unwrap());
+    assert_eq!(b.leader_async().await.unwrap().as_deref(), Some("node-a"));
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move { b.campaign_async("node-b", Some(MS(10_000))).await }
+    });
+    eventually(MS(5000), "b is in line", || server.keys().len() == 2).await;
+    let seen = observer.next_change_async(MS(5000)).await.unwrap().unwrap();
+    assert_eq!(
+        (seen.value.as_deref(), seen.fencing_token),
+        (Some("node-a"), token_a)
+    );
+    // Waits cut off while nothing changes (b only joined the line).
+    for step in 0..5 {
+        assert!(cut_off(MS(step * 5), observer.next_change_async(None)).await);
+    }
+    assert!(a.resign_async().await.unwrap());
+    assert!(waiting.await.unwrap().unwrap());
+    assert!(matches!(a.resign_async().await, Err(Error::NotLocked(_))));
+    let ended = observer.next_change_async(MS(5000)).await.unwrap().unwrap();
+    assert_eq!((ended.value, ended.fencing_token), (None, token_a));
+    let undelivered = observer.next_change_async(MS(5000)).await.unwrap().unwrap();
+    observer.unread(undelivered.clone());
+    let next = observer.next_change_async(MS(5000)).await.unwrap().unwrap();
+    assert_eq!(next, undelivered, "a change handed back comes again");
+    assert_eq!(next.value.as_deref(), Some("node-b"));
+    assert!(next.fencing_token > token_a);
+    assert_eq!(observer.next_change_async(MS(100)).await.unwrap(), None);
+    assert!(b.resign_async().await.unwrap());
+    assert!(server.keys().is_empty());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_observer_cut_off_as_changes_arrive_loses_none() {
+    let server = EtcdServer::start();
+    let s = session(&server);
+    let election = Election::new(&server.url(), "handovers", &s).unwrap();
+    let mut observer = election.observe();
+    let mut seen = vec![observer.next_change_async(MS(5000)).await.unwrap().unwrap()];
+    let mut tokens = Vec::new();
+    for round in 0..8u64 {
+        assert!(election
+            .campaign_async("leader", Some(MS(5000)))
+            .await
+            .unwrap());
+        tokens.push(election.fencing_token().unwrap());
+        assert!(election.resign_async().await.unwrap());
+        // Cut the next wait off at shifting moments around the changes.
+        if let Ok(Ok(Some(term))) =
+            tokio::time::timeout(MS(round * 2), observer.next_change_async(None)).await
+        {
+            seen.push(term);
+        }
+    }
+    while let Some(term) = observer.next_change_async(MS(500)).await.unwrap() {
+        seen.push(term);
+    }
+    // Every term's start and end, in order: none lost, none twice.
+    let mut expected = vec![(None, 0)];
+    for token in &tokens {
+        expected.push((Some("leader".to_owned()), *token));
+        expected.push((None, *token));
+    }
+    let seen: Vec<_> = seen
+        .into_iter()
+        .map(|t| (t.value, t.fencing_token))
+        .collect();
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_campaign_dropped_at_any_point_leaves_no_key() {
+    let server = EtcdServer::start();
+    let (sa, sb) = (session(&server), session(&server));
+    let a = Election::new(&server.url(), "cut-campaigns", &sa).unwrap();
+    let b = Election::new(&server.url(), "cut-campaigns", &sb).unwrap();
+    assert!(a.campaign_async("node-a", None).await.unwrap());
+    for step in 0..20 {
+        assert!(cut_off(MS(step * 3), b.campaign_async("node-b", None)).await);
+    }
+    eventually(MS(5000), "only the leader's key is left", || {
+        server.keys().len() == 1
+    })
+    .await;
+    assert!(a.resign_async().await.unwrap());
+    assert!(b
+        .campaign_async("node-b", Some(Duration::ZERO))
+        .await
+        .unwrap());
+    assert!(b.resign_async().await.unwrap());
 }

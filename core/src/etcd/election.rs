@@ -61,7 +61,7 @@ pub struct Election {
 /// A term this process holds: the grant, and the line it was taken in
 /// (its bars carry the campaign's value).
 struct Leading {
-    line: Queue,
+    line: Arc<Queue>,
     grant: Grant,
 }
 
@@ -115,6 +115,21 @@ impl Election {
         interrupted: Interrupt<'_>,
     ) -> Result<()> {
         let deadline = deadline.into().check()?;
+        let (line, key) = self.ballot(value)?;
+        let taken = grant::take(
+            &line,
+            &self.session.leases,
+            &key,
+            value,
+            deadline,
+            interrupted,
+        )?;
+        self.take_office(line, taken, deadline)
+    }
+
+    /// The line a campaign with `value` waits in (barred by other
+    /// sessions' bars) and its key there.
+    fn ballot(&self, value: &str) -> Result<(Arc<Queue>, String)> {
         if value.is_empty() {
             return Err(Error::config("a campaign's value must not be empty"));
         }
@@ -136,19 +151,56 @@ impl Election {
             });
         }
         let key = line.key(&random_hex(12));
-        let grant = grant::take(
-            &line,
-            &self.session.leases,
-            &key,
-            value,
-            deadline,
-            interrupted,
-        )?
-        .ok_or_else(|| deadline.ran_out(format!("leadership of {}", self.line.what())))?;
+        Ok((Arc::new(line), key))
+    }
+
+    /// Records the term a campaign until `deadline` took (None: it ran out).
+    fn take_office(
+        &self,
+        line: Arc<Queue>,
+        taken: Option<Grant>,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let grant =
+            taken.ok_or_else(|| deadline.ran_out(format!("leadership of {}", self.line.what())))?;
         // Two threads campaigning on one election: the second leads only
         // once the first's term is over, lost if it is still recorded.
         self.term().insert((), Leading { line, grant });
         Ok(())
+    }
+
+    /// The async twin of [`Election::campaign`]: the wait runs on
+    /// lockyard's runtime and is awaited on any executor, holding no
+    /// thread. Dropped before it completes, it leaves nothing in line.
+    ///
+    /// # Errors
+    /// Those of [`Election::campaign`].
+    pub async fn campaign_async(&self, value: &str, timeout: Option<Duration>) -> Result<bool> {
+        let deadline = Deadline::after(timeout).check()?;
+        let (line, key) = self.ballot(value)?;
+        let leases = self.session.leases.clone();
+        let taken =
+            grant::take_async(line.clone(), leases, key, value.to_owned(), deadline).await?;
+        self.take_office(line, taken, deadline).in_time()
+    }
+
+    /// The async twin of [`Election::resign`]. Dropped before the answer,
+    /// the resignation finishes in the background.
+    ///
+    /// # Errors
+    /// [`Error::NotLocked`] when this election does not lead.
+    pub async fn resign_async(&self) -> Result<bool> {
+        let leading = self.leave_office()?;
+        let given_back = grant::give_back_async(leading.line, leading.grant).await;
+        self.report_resigned(given_back)
+    }
+
+    /// The async twin of [`Election::leader`].
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if no member answers.
+    pub async fn leader_async(&self) -> Result<Option<String>> {
+        runtime::on_runtime(self.line.what(), leader_of(self.line.clone())).await
     }
 
     /// Steps down; the next campaigner takes over at once. Ok(false) when
@@ -157,12 +209,20 @@ impl Election {
     /// # Errors
     /// [`Error::NotLocked`] when this election does not lead.
     pub fn resign(&self) -> Result<bool> {
-        let leading = self
-            .term()
+        let leading = self.leave_office()?;
+        self.report_resigned(grant::give_back(&leading.line, &leading.grant))
+    }
+
+    /// Takes this process's term out, to be given back.
+    fn leave_office(&self) -> Result<Leading> {
+        self.term()
             .remove(&())
-            .ok_or_else(|| Error::NotLocked(self.line.what().to_owned()))?;
+            .ok_or_else(|| Error::NotLocked(self.line.what().to_owned()))
+    }
+
+    fn report_resigned(&self, given_back: Result<bool>) -> Result<bool> {
         health::warn_if_lost(
-            grant::give_back(&leading.line, &leading.grant),
+            given_back,
             || format!("leadership of {}", self.line.what()),
             "resigned",
             "another leader",
@@ -172,8 +232,7 @@ impl Election {
     /// The current leader's value, None when nobody leads (also while a
     /// lost session's lock_delay bars the name). Asks etcd.
     pub fn leader(&self) -> Result<Option<String>> {
-        let line = runtime::block_on(Line::read(&self.line, 1))?;
-        Ok(line.leader(&self.line).map(|entry| entry.value.clone()))
+        runtime::block_on(leader_of(self.line.clone()))
     }
 
     /// Whether this election leads and its session is surely live. Reads a
@@ -207,11 +266,14 @@ impl Election {
     /// with a timeout and an interrupt check).
     pub fn observe(&self) -> Observer {
         Observer {
-            line: self.line.clone(),
-            seen: None,
-            watch: None,
-            leader: None,
-            pending: VecDeque::new(),
+            what: self.line.what().to_owned(),
+            watching: Arc::new(tokio::sync::Mutex::new(Watching {
+                line: self.line.clone(),
+                seen: None,
+                watch: None,
+                leader: None,
+                pending: VecDeque::new(),
+            })),
         }
     }
 
@@ -252,6 +314,12 @@ impl Drop for Election {
 
 fn what(name: &str) -> String {
     format!("election {name:?}")
+}
+
+/// The value of `line`'s leader, asked of etcd.
+async fn leader_of(line: Arc<Queue>) -> Result<Option<String>> {
+    let read = Line::read(&line, 1).await?;
+    Ok(read.leader(&line).map(|entry| entry.value.clone()))
 }
 
 /// The keys of an election's line and the name's bar, as of `revision`.
@@ -309,6 +377,13 @@ impl Line {
 /// and every request timeout without a message (a frozen member sends
 /// nothing, not even an error).
 pub struct Observer {
+    what: String,
+    /// Locked by the one wait under way: one that was dropped may still
+    /// be ending on lockyard's runtime when the next begins.
+    watching: Arc<tokio::sync::Mutex<Watching>>,
+}
+
+struct Watching {
     line: Arc<Queue>,
     /// The line as of the last event applied; None until the first read.
     seen: Option<Line>,
@@ -337,23 +412,69 @@ impl Observer {
         interrupted: Interrupt<'_>,
     ) -> Result<Option<Term>> {
         let deadline = deadline.into().check()?;
-        if let Some(term) = self.pending.pop_front() {
-            return Ok(Some(term));
-        }
-        if deadline.spent() {
-            return Ok(None);
-        }
-        // A zero timeout still makes its one look (the current state),
-        // failing if no member answers it.
-        let ended = if deadline.is_one_attempt() && self.seen.is_none() {
-            runtime::block_on_interruptibly(self.first_look(), None, interrupted)
-        } else {
-            runtime::block_on_interruptibly(self.changes(), deadline.at(), interrupted)
+        let watching = self.watching.clone();
+        let waiting = async move {
+            let mut watching = watching.lock().await;
+            watching.wait_for_change(deadline).await?;
+            Ok(watching.pending.pop_front())
         };
-        match ended {
-            Ended::Done(done) => done.map(|()| self.pending.pop_front()),
+        match runtime::block_on_interruptibly(waiting, None, interrupted) {
+            Ended::Done(done) => done,
             Ended::TimedOut => Ok(None),
-            Ended::Interrupted => Err(Error::Interrupted(self.line.what().to_owned())),
+            Ended::Interrupted => Err(Error::Interrupted(self.what.clone())),
+        }
+    }
+
+    /// Hands back `term`, returned by the last call but never delivered
+    /// (its reader was cancelled as it came): the next call returns it
+    /// again, before any later change.
+    pub fn unread(&mut self, term: Term) {
+        match self.watching.try_lock() {
+            Ok(mut watching) => watching.pending.push_front(term),
+            // A wait dropped a moment ago still ends on the runtime: after
+            // it, as no other call of this observer can run meanwhile.
+            Err(_) => {
+                let watching = self.watching.clone();
+                runtime::spawn(async move { watching.lock().await.pending.push_front(term) });
+            }
+        }
+    }
+
+    /// The async twin of [`Observer::next_change`]: the wait runs on
+    /// lockyard's runtime and is awaited on any executor. Dropped
+    /// meanwhile, it loses no change: a change is taken out only once its
+    /// caller has the answer.
+    ///
+    /// # Errors
+    /// Those of [`Observer::next_change`].
+    pub async fn next_change_async(
+        &mut self,
+        deadline: impl Into<Deadline>,
+    ) -> Result<Option<Term>> {
+        let deadline = deadline.into().check()?;
+        let watching = self.watching.clone();
+        let waiting = async move { watching.lock_owned().await.wait_for_change(deadline).await };
+        runtime::on_runtime(&self.what, waiting).await?;
+        Ok(self.watching.lock().await.pending.pop_front())
+    }
+}
+
+impl Watching {
+    /// Reads or watches until a change is pending or `deadline` passes
+    /// (a zero timeout still makes its one look at the current state,
+    /// failing if no member answers it).
+    async fn wait_for_change(&mut self, deadline: Deadline) -> Result<()> {
+        if !self.pending.is_empty() || deadline.spent() {
+            return Ok(());
+        }
+        if deadline.is_one_attempt() && self.seen.is_none() {
+            return self.first_look().await;
+        }
+        match deadline.at() {
+            None => self.changes().await,
+            Some(at) => tokio::time::timeout_at(at.into(), self.changes())
+                .await
+                .unwrap_or(Ok(())),
         }
     }
 

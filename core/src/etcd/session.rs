@@ -98,6 +98,27 @@ impl SessionBuilder {
     /// connect_timeout over 30 days, or a bad URL; [`Error::Backend`] if no
     /// member answers.
     pub fn build(self) -> Result<Session> {
+        let unbuilt = self.prepare()?;
+        let lease = runtime::block_on(unbuilt.leases.live(unbuilt.until))?;
+        Ok(unbuilt.finish(lease))
+    }
+
+    /// The async twin of [`SessionBuilder::build`]: the lease is granted on
+    /// lockyard's runtime and awaited on any executor. Dropped before it
+    /// completes, it revokes a lease it was granted.
+    ///
+    /// # Errors
+    /// Those of [`SessionBuilder::build`].
+    pub async fn build_async(self) -> Result<Session> {
+        let unbuilt = self.prepare()?;
+        let (leases, until) = (unbuilt.leases.clone(), unbuilt.until);
+        let granting = async move { leases.live(until).await };
+        let lease = runtime::on_runtime("an etcd session", granting).await?;
+        Ok(unbuilt.finish(lease))
+    }
+
+    /// Checks the options and makes the session's leases, not yet granted.
+    fn prepare(self) -> Result<Unbuilt> {
         let target = Target::parse(&self.url)?;
         let ttl_secs = leases::ttl_secs(self.ttl)?;
         let lock_delay = limits::period("lock_delay", self.lock_delay)?;
@@ -105,22 +126,44 @@ impl SessionBuilder {
         let delay_secs = lock_delay.as_secs() as i64 + i64::from(lock_delay.subsec_nanos() > 0);
         let client = Arc::new(Client::new(target, connect_timeout));
         let bar_ttl = (delay_secs > 0).then_some(ttl_secs + delay_secs);
-        let leases = Arc::new(Leases::session(&client, ttl_secs, bar_ttl));
-        let until = Instant::now() + connect_timeout * 3;
-        let lease = runtime::block_on(leases.live(until))?;
-        Ok(Session {
+        Ok(Unbuilt {
+            leases: Arc::new(Leases::session(&client, ttl_secs, bar_ttl)),
+            until: Instant::now() + connect_timeout * 3,
+            client,
+            behavior: self.behavior,
+            lock_delay,
+            ttl: Duration::from_secs(ttl_secs as u64),
+        })
+    }
+}
+
+/// A session whose lease is being granted. Dropped unfinished, its leases
+/// revoke what was granted.
+struct Unbuilt {
+    client: Arc<Client>,
+    leases: Arc<Leases>,
+    /// When the grant gives up.
+    until: Instant,
+    behavior: Behavior,
+    lock_delay: Duration,
+    ttl: Duration,
+}
+
+impl Unbuilt {
+    fn finish(self, lease: Arc<Lease>) -> Session {
+        Session {
             state: Arc::new(SessionState {
                 id: random_hex(8),
-                client,
-                leases,
+                client: self.client,
+                leases: self.leases,
                 lease,
                 behavior: self.behavior,
-                lock_delay,
-                ttl: Duration::from_secs(ttl_secs as u64),
+                lock_delay: self.lock_delay,
+                ttl: self.ttl,
                 ending: Ending::new(),
                 pid: std::process::id(),
             }),
-        })
+        }
     }
 }
 
@@ -181,6 +224,19 @@ impl Session {
     /// all the same, and etcd frees what it held when the leases run out.
     pub fn destroy(&self) -> Result<()> {
         self.state.destroy()
+    }
+
+    /// The async twin of [`Session::destroy`], run on lockyard's blocking
+    /// threads. Dropped before it ends, the destroy runs to its end.
+    ///
+    /// # Errors
+    /// Those of [`Session::destroy`].
+    pub async fn destroy_async(&self) -> Result<()> {
+        let (state, first) = (self.state.clone(), self.state.ending.begin(|| {}));
+        let what = state.what();
+        runtime::unblocked(move || state.end_destroy(first))
+            .await
+            .unwrap_or_else(|| Err(runtime::shut_down(&what)))
     }
 
     /// Destroys the session as a drop does, in the background, and returns
