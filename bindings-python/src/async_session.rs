@@ -1,11 +1,17 @@
-//! The native side of `lockyard.asyncio.redis`'s Session and Election: a
-//! session is created and destroyed by core `_async` futures and is then a
-//! `lockyard.redis.Session` (locks of either API live under it); an
-//! election campaigns, resigns and observes by awaiting (see `asyncio.rs`).
+//! The native side of `lockyard.asyncio`'s Session and Election (Redis and
+//! etcd): a session is created and destroyed by core `_async` futures and
+//! is then the backend's sync `Session` (locks of either API live under
+//! it); an election campaigns, resigns and observes by awaiting (see
+//! `asyncio.rs`). One election class and one observer class for both
+//! backends: their core types share these methods ([`CoreElection`],
+//! [`CoreObserver`]).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
-use lockyard::redis::{Election, Observer, Session};
+use lockyard::redis::Term as CoreTerm;
 use lockyard::Deadline;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
@@ -14,7 +20,9 @@ use crate::asyncio::{boolean, none, settle, Completions, Pending};
 use crate::convert::{self, optional_seconds, text};
 use crate::election::Term;
 use crate::error;
-use crate::session::RedisSession;
+use crate::session::{EtcdSession, RedisSession};
+
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = lockyard::Result<T>> + Send + 'a>>;
 
 /// Creates a Redis session with the options of ``lockyard.redis.Session``
 /// (validated here, before anything is sent) and settles `future` with it.
@@ -36,44 +44,144 @@ pub(crate) fn redis_session_create(
         inbox,
         future,
         builder.build_async(),
-        session,
+        |py, created| Ok(Py::new(py, RedisSession::of(py, created)?)?.into_any()),
         |created| created.destroy_in_background(),
     ))
 }
 
-fn session(py: Python<'_>, created: Session) -> PyResult<Py<PyAny>> {
-    Ok(Py::new(py, RedisSession::of(py, created)?)?.into_any())
+/// ``redis_session_create`` for an etcd session.
+#[pyfunction]
+#[pyo3(signature = (inbox, future, url, ttl=None, behavior=None, lock_delay=None, *, connect_timeout=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn etcd_session_create(
+    py: Python<'_>,
+    inbox: &Bound<'_, Completions>,
+    future: &Bound<'_, PyAny>,
+    url: &Bound<'_, PyAny>,
+    ttl: Option<&Bound<'_, PyAny>>,
+    behavior: Option<&Bound<'_, PyAny>>,
+    lock_delay: Option<&Bound<'_, PyAny>>,
+    connect_timeout: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Pending> {
+    let builder = EtcdSession::builder(py, url, ttl, behavior, lock_delay, connect_timeout)?;
+    Ok(settle(
+        inbox,
+        future,
+        builder.build_async(),
+        |py, created| Ok(Py::new(py, EtcdSession::of(py, created)?)?.into_any()),
+        |created| created.destroy_in_background(),
+    ))
 }
 
-/// Destroys `session` (a ``lockyard.redis.Session``) by awaiting.
+/// Destroys `session` (a ``lockyard.redis.Session`` or a
+/// ``lockyard.etcd.Session``) by awaiting.
 #[pyfunction]
-pub(crate) fn redis_session_destroy(
+pub(crate) fn session_destroy(
     py: Python<'_>,
     inbox: &Bound<'_, Completions>,
     future: &Bound<'_, PyAny>,
     session: &Bound<'_, PyAny>,
 ) -> PyResult<Pending> {
-    let session = shared_session(py, session)?;
-    Ok(settle(
-        inbox,
-        future,
-        async move { session.destroy_async().await },
-        none,
-        drop,
-    ))
+    let destroying: Boxed<'static, ()> = if session.is_instance_of::<EtcdSession>() {
+        let session = etcd_session(py, session)?;
+        Box::pin(async move { session.destroy_async().await })
+    } else {
+        let session = redis_session(py, session)?;
+        Box::pin(async move { session.destroy_async().await })
+    };
+    Ok(settle(inbox, future, destroying, none, drop))
 }
 
-fn shared_session(py: Python<'_>, session: &Bound<'_, PyAny>) -> PyResult<Arc<Session>> {
+fn redis_session(
+    py: Python<'_>,
+    session: &Bound<'_, PyAny>,
+) -> PyResult<Arc<lockyard::redis::Session>> {
     convert::session::<RedisSession>(session)?
         .get()
         .session
         .call(py, |s| Ok(s.clone()))
 }
 
+fn etcd_session(
+    py: Python<'_>,
+    session: &Bound<'_, PyAny>,
+) -> PyResult<Arc<lockyard::etcd::Session>> {
+    convert::session::<EtcdSession>(session)?
+        .get()
+        .session
+        .call(py, |s| Ok(s.clone()))
+}
+
+/// What `AsyncElection` asks of a core election.
+trait CoreElection: Send + Sync + 'static {
+    fn campaign_async<'a>(&'a self, value: &'a str, timeout: Option<Duration>)
+        -> Boxed<'a, bool>;
+    fn resign_async(&self) -> Boxed<'_, bool>;
+    fn leader_async(&self) -> Boxed<'_, Option<String>>;
+    fn resign_in_background(&self);
+    fn is_leader(&self) -> bool;
+    fn check_health(&self) -> lockyard::Result<()>;
+    fn fencing_token(&self) -> Option<u64>;
+    fn observe(&self) -> Box<dyn CoreObserver>;
+}
+
+/// What `AsyncObserver` asks of a core observer.
+trait CoreObserver: Send + 'static {
+    fn next_change_async(&mut self, deadline: Deadline) -> Boxed<'_, Option<CoreTerm>>;
+    fn unread(&mut self, term: CoreTerm);
+}
+
+macro_rules! core_election {
+    ($election:ty, $observer:ty) => {
+        impl CoreElection for $election {
+            fn campaign_async<'a>(
+                &'a self,
+                value: &'a str,
+                timeout: Option<Duration>,
+            ) -> Boxed<'a, bool> {
+                Box::pin(<$election>::campaign_async(self, value, timeout))
+            }
+            fn resign_async(&self) -> Boxed<'_, bool> {
+                Box::pin(<$election>::resign_async(self))
+            }
+            fn leader_async(&self) -> Boxed<'_, Option<String>> {
+                Box::pin(<$election>::leader_async(self))
+            }
+            fn resign_in_background(&self) {
+                <$election>::resign_in_background(self);
+            }
+            fn is_leader(&self) -> bool {
+                <$election>::is_leader(self)
+            }
+            fn check_health(&self) -> lockyard::Result<()> {
+                <$election>::check_health(self)
+            }
+            fn fencing_token(&self) -> Option<u64> {
+                <$election>::fencing_token(self)
+            }
+            fn observe(&self) -> Box<dyn CoreObserver> {
+                Box::new(<$election>::observe(self))
+            }
+        }
+
+        impl CoreObserver for $observer {
+            fn next_change_async(&mut self, deadline: Deadline) -> Boxed<'_, Option<CoreTerm>> {
+                Box::pin(<$observer>::next_change_async(self, deadline))
+            }
+            fn unread(&mut self, term: CoreTerm) {
+                <$observer>::unread(self, term);
+            }
+        }
+    };
+}
+
+core_election!(lockyard::redis::Election, lockyard::redis::Observer);
+core_election!(lockyard::etcd::Election, lockyard::etcd::Observer);
+
 /// A core election shared with the futures that use it. The last one
 /// dropped resigns in the background, never on the loop's thread or the
 /// runtime's.
-struct Shared(Election);
+struct Shared(Box<dyn CoreElection>);
 
 impl Drop for Shared {
     fn drop(&mut self) {
@@ -81,33 +189,56 @@ impl Drop for Shared {
     }
 }
 
-#[pyclass(frozen, module = "lockyard._lockyard", name = "AsyncRedisElection")]
-pub(crate) struct AsyncRedisElection {
+#[pyclass(frozen, module = "lockyard._lockyard", name = "AsyncElection")]
+pub(crate) struct AsyncElection {
     election: Arc<Shared>,
     #[pyo3(get)]
     name: String,
 }
 
-#[pymethods]
-impl AsyncRedisElection {
-    /// The election `name` under `session` (a ``lockyard.redis.Session``);
-    /// touches no server.
-    #[new]
-    fn new(
-        py: Python<'_>,
-        url: &Bound<'_, PyAny>,
-        name: &Bound<'_, PyAny>,
-        session: &Bound<'_, PyAny>,
-    ) -> PyResult<Self> {
-        let (url, name) = (text("url", url)?, text("name", name)?);
-        let session = shared_session(py, session)?;
-        let election = Election::new(&url, &name, &session).map_err(|e| error::to_py(py, e))?;
-        Ok(AsyncRedisElection {
-            election: Arc::new(Shared(election)),
+impl AsyncElection {
+    fn new(election: impl CoreElection, name: String) -> Self {
+        AsyncElection {
+            election: Arc::new(Shared(Box::new(election))),
             name,
-        })
+        }
     }
+}
 
+/// The election `name` under `session` (a ``lockyard.redis.Session``);
+/// touches no server.
+#[pyfunction]
+pub(crate) fn async_redis_election(
+    py: Python<'_>,
+    url: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    session: &Bound<'_, PyAny>,
+) -> PyResult<AsyncElection> {
+    let (url, name) = (text("url", url)?, text("name", name)?);
+    let session = redis_session(py, session)?;
+    let election = lockyard::redis::Election::new(&url, &name, &session)
+        .map_err(|e| error::to_py(py, e))?;
+    Ok(AsyncElection::new(election, name))
+}
+
+/// The election `name` under `session` (a ``lockyard.etcd.Session``);
+/// touches no server.
+#[pyfunction]
+pub(crate) fn async_etcd_election(
+    py: Python<'_>,
+    url: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyAny>,
+    session: &Bound<'_, PyAny>,
+) -> PyResult<AsyncElection> {
+    let (url, name) = (text("url", url)?, text("name", name)?);
+    let session = etcd_session(py, session)?;
+    let election =
+        lockyard::etcd::Election::new(&url, &name, &session).map_err(|e| error::to_py(py, e))?;
+    Ok(AsyncElection::new(election, name))
+}
+
+#[pymethods]
+impl AsyncElection {
     /// Campaigns with `value` up to `timeout` seconds (None: forever, 0: one
     /// attempt); True once leader, False if the timeout ran out.
     fn campaign(
@@ -151,7 +282,7 @@ impl AsyncRedisElection {
         self.election.0.resign_in_background();
     }
 
-    /// The current leader's value, or None; asked of Redis.
+    /// The current leader's value, or None; asked of the server.
     fn leader(&self, inbox: &Bound<'_, Completions>, future: &Bound<'_, PyAny>) -> Pending {
         let election = self.election.clone();
         settle(
@@ -181,8 +312,8 @@ impl AsyncRedisElection {
     /// The changes of leadership from now on; each ``next`` waits up to
     /// `timeout` seconds (None: forever) for one.
     #[pyo3(signature = (timeout=None))]
-    fn observe(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<AsyncRedisObserver> {
-        Ok(AsyncRedisObserver {
+    fn observe(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<AsyncObserver> {
+        Ok(AsyncObserver {
             observer: Arc::new(tokio::sync::Mutex::new(self.election.0.observe())),
             timeout: optional_seconds("timeout", timeout)?,
         })
@@ -191,14 +322,14 @@ impl AsyncRedisElection {
 
 /// An election's observer, read by one awaiting task at a time (a second
 /// one waits its turn within its own timeout).
-#[pyclass(frozen, module = "lockyard._lockyard", name = "AsyncRedisObserver")]
-pub(crate) struct AsyncRedisObserver {
-    observer: Arc<tokio::sync::Mutex<Observer>>,
-    timeout: Option<std::time::Duration>,
+#[pyclass(frozen, module = "lockyard._lockyard", name = "AsyncObserver")]
+pub(crate) struct AsyncObserver {
+    observer: Arc<tokio::sync::Mutex<Box<dyn CoreObserver>>>,
+    timeout: Option<Duration>,
 }
 
 #[pymethods]
-impl AsyncRedisObserver {
+impl AsyncObserver {
     /// The next change as a ``lockyard.redis.Term``; None once the
     /// observer's timeout passed without one. A change read for a task
     /// cancelled meanwhile is handed back to the observer, not lost.
@@ -233,8 +364,8 @@ impl AsyncRedisObserver {
 }
 
 type Read = (
-    Option<lockyard::redis::Term>,
-    Option<tokio::sync::OwnedMutexGuard<Observer>>,
+    Option<CoreTerm>,
+    Option<tokio::sync::OwnedMutexGuard<Box<dyn CoreObserver>>>,
 );
 
 fn term(py: Python<'_>, (term, _observer): Read) -> PyResult<Py<PyAny>> {

@@ -72,21 +72,22 @@ fn _lockyard(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module
     )?)?;
     module.add(
-        "AsyncRedisElection",
-        module.py().get_type::<async_session::AsyncRedisElection>(),
+        "AsyncElection",
+        module.py().get_type::<async_session::AsyncElection>(),
     )?;
     module.add(
-        "AsyncRedisObserver",
-        module.py().get_type::<async_session::AsyncRedisObserver>(),
+        "AsyncObserver",
+        module.py().get_type::<async_session::AsyncObserver>(),
     )?;
-    module.add_function(wrap_pyfunction!(
-        async_session::redis_session_create,
-        module
-    )?)?;
-    module.add_function(wrap_pyfunction!(
-        async_session::redis_session_destroy,
-        module
-    )?)?;
+    for function in [
+        wrap_pyfunction!(async_session::async_redis_election, module)?,
+        wrap_pyfunction!(async_session::async_etcd_election, module)?,
+        wrap_pyfunction!(async_session::redis_session_create, module)?,
+        wrap_pyfunction!(async_session::etcd_session_create, module)?,
+        wrap_pyfunction!(async_session::session_destroy, module)?,
+    ] {
+        module.add_function(function)?;
+    }
     module.add_function(wrap_pyfunction!(block::end_block, module)?)?;
     module.add(
         "RedisWaitGroup",

@@ -23,6 +23,16 @@ macro_rules! session_class {
         }
 
         impl $class {
+            /// The Python face of a session created already (by awaiting,
+            /// in ``lockyard.asyncio``).
+            pub(crate) fn of(py: Python<'_>, session: $core) -> PyResult<Self> {
+                let id = session.id().to_owned();
+                Ok($class {
+                    session: Unlocked::build(py, || Ok(Arc::new(session)))?,
+                    id,
+                })
+            }
+
             /// The options of a session, validated as far as they can be
             /// without the server (``lockyard.ConfigError``).
             pub(crate) fn builder(
@@ -195,18 +205,6 @@ session_class!(
     "lockyard.etcd",
     "lockyard.etcd.Session"
 );
-
-impl RedisSession {
-    /// The Python face of a session created already (by awaiting, in
-    /// ``lockyard.asyncio.redis``).
-    pub(crate) fn of(py: Python<'_>, session: lockyard::redis::Session) -> PyResult<Self> {
-        let id = session.id().to_owned();
-        Ok(RedisSession {
-            session: Unlocked::build(py, || Ok(Arc::new(session)))?,
-            id,
-        })
-    }
-}
 
 /// The value of the current holder of the lock ``name``, or None (see
 /// ``lockyard.redis.holder``).

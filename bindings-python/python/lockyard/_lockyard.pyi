@@ -15,9 +15,9 @@ from typing import Any
 from typing_extensions import Self, final
 
 __all__ = [
+    "AsyncElection",
     "AsyncLock",
-    "AsyncRedisElection",
-    "AsyncRedisObserver",
+    "AsyncObserver",
     "AsyncRwLock",
     "AsyncWaitGroup",
     "Completions",
@@ -36,20 +36,23 @@ __all__ = [
     "RedisTerm",
     "RedisWaitGroup",
     "__version__",
+    "async_etcd_election",
     "async_etcd_lock",
     "async_etcd_wait_group",
     "async_gcs_lock",
     "async_quorum_rw_lock",
+    "async_redis_election",
     "async_redis_lock",
     "async_redis_wait_group",
     "end_block",
     "etcd_claim",
     "etcd_holder",
+    "etcd_session_create",
     "redis_claim",
     "redis_holder",
     "redis_session_create",
-    "redis_session_destroy",
     "run_command",
+    "session_destroy",
 ]
 
 __version__: str
@@ -648,12 +651,23 @@ def redis_session_create(
     *,
     connect_timeout: float | None = None,
 ) -> Pending: ...
-def redis_session_destroy(
-    inbox: Completions, future: Any, session: RedisSession
+def etcd_session_create(
+    inbox: Completions,
+    future: Any,
+    url: str,
+    ttl: float | None = None,
+    behavior: str | None = None,
+    lock_delay: float | None = None,
+    *,
+    connect_timeout: float | None = None,
 ) -> Pending: ...
+def session_destroy(
+    inbox: Completions, future: Any, session: RedisSession | EtcdSession
+) -> Pending: ...
+def async_redis_election(url: str, name: str, session: RedisSession) -> AsyncElection: ...
+def async_etcd_election(url: str, name: str, session: EtcdSession) -> AsyncElection: ...
 @final
-class AsyncRedisElection:
-    def __new__(cls, url: str, name: str, session: RedisSession) -> Self: ...
+class AsyncElection:
     @property
     def name(self) -> str: ...
     def campaign(
@@ -665,10 +679,10 @@ class AsyncRedisElection:
     def is_leader(self) -> bool: ...
     def check_health(self) -> None: ...
     def fencing_token(self) -> int | None: ...
-    def observe(self, timeout: float | None = None) -> AsyncRedisObserver: ...
+    def observe(self, timeout: float | None = None) -> AsyncObserver: ...
 
 @final
-class AsyncRedisObserver:
+class AsyncObserver:
     def next(self, inbox: Completions, future: Any) -> Pending: ...
 
 def end_block(exc: BaseException | None, failure: BaseException) -> None: ...
