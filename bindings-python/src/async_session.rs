@@ -114,8 +114,7 @@ fn etcd_session(
 
 /// What `AsyncElection` asks of a core election.
 trait CoreElection: Send + Sync + 'static {
-    fn campaign_async<'a>(&'a self, value: &'a str, timeout: Option<Duration>)
-        -> Boxed<'a, bool>;
+    fn campaign_async<'a>(&'a self, value: &'a str, timeout: Option<Duration>) -> Boxed<'a, bool>;
     fn resign_async(&self) -> Boxed<'_, bool>;
     fn leader_async(&self) -> Boxed<'_, Option<String>>;
     fn resign_in_background(&self);
@@ -216,8 +215,8 @@ pub(crate) fn async_redis_election(
 ) -> PyResult<AsyncElection> {
     let (url, name) = (text("url", url)?, text("name", name)?);
     let session = redis_session(py, session)?;
-    let election = lockyard::redis::Election::new(&url, &name, &session)
-        .map_err(|e| error::to_py(py, e))?;
+    let election =
+        lockyard::redis::Election::new(&url, &name, &session).map_err(|e| error::to_py(py, e))?;
     Ok(AsyncElection::new(election, name))
 }
 

@@ -202,7 +202,9 @@ macro_rules! async_twins {
         /// # Errors
         /// Those of [`Lock::acquire`]; [`Error::AlreadyLocked`] if the
         /// calling task holds it already; [`Error::Config`] when awaited
-        /// outside a tokio runtime (as every `_async` call of lockyard).
+        /// outside a tokio runtime by a lock whose connections run on the
+        /// caller's runtime (Redis; the GCS and etcd locks' waits run on
+        /// lockyard's runtime, and any executor may await them).
         pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<LockGuard<'_>> {
             let holder = $crate::identity::task_holder_number();
             self.take_async(holder, Deadline::after(timeout)).await?;

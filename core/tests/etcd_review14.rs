@@ -56,8 +56,7 @@ async fn a_done_async_of_a_foreign_token_given_up_still_frees_the_slot() {
     for step in 0..40u64 {
         let token = adder.add_async(None).await.unwrap();
         let worker = group_at(&server.url(), "review14-done", 100, 5);
-        let _ = tokio::time::timeout(MS(step), worker.done_async(&token))
-            .await;
+        let _ = tokio::time::timeout(MS(step), worker.done_async(&token)).await;
         tokens.push(token);
         workers.push(worker);
     }
@@ -87,9 +86,12 @@ async fn an_adopt_async_given_up_midway_leaves_no_slot_that_nobody_holds() {
     // Cut-offs from right away to well after the move's answer.
     for step in 0..80u64 {
         let token = adder.add_async(None).await.unwrap();
-        let cut = tokio::time::timeout(Duration::from_micros(step * 60), adopter.adopt_async(&token))
-            .await
-            .is_err();
+        let cut = tokio::time::timeout(
+            Duration::from_micros(step * 60),
+            adopter.adopt_async(&token),
+        )
+        .await
+        .is_err();
         if cut {
             given_up.push(token);
         }
@@ -102,7 +104,10 @@ async fn an_adopt_async_given_up_midway_leaves_no_slot_that_nobody_holds() {
     let orphans: Vec<&String> = given_up
         .iter()
         .filter(|token| {
-            let live = server.keys().iter().any(|key| key.ends_with(token.as_str()));
+            let live = server
+                .keys()
+                .iter()
+                .any(|key| key.ends_with(token.as_str()));
             live && adopter.fencing_token(token).is_none()
         })
         .collect();
@@ -115,4 +120,3 @@ async fn an_adopt_async_given_up_midway_leaves_no_slot_that_nobody_holds() {
         orphans
     );
 }
-

@@ -57,7 +57,9 @@ pub struct WaitGroup {
     leases: Mutex<Arc<Leases>>,
     prefix: String,
     /// Slots this process holds, by token.
-    slots: Holds<String, Held>,
+    /// Shared with an adopt under way, which records its slot even when
+    /// its caller went away.
+    slots: Arc<Holds<String, Held>>,
 }
 
 /// A slot this process keeps alive.
@@ -119,7 +121,7 @@ impl WaitGroupBuilder {
             client,
             ttl_secs,
             prefix: random_hex(8),
-            slots: Holds::new(),
+            slots: Arc::new(Holds::new()),
         })
     }
 }
@@ -293,8 +295,19 @@ impl WaitGroup {
         let Some(key) = self.key(token) else {
             return Ok(false);
         };
-        let adopted = runtime::block_on(self.move_here(key.clone()))?;
-        Ok(self.adopted(token, key, adopted))
+        runtime::block_on(self.adopting(token, key))
+    }
+
+    /// Moves the slot `key` of `token` onto this group's lease and records
+    /// it here; false when it is gone.
+    fn adopting(
+        &self,
+        token: &str,
+        key: String,
+    ) -> impl Future<Output = Result<bool>> + Send + 'static {
+        let (slots, token) = (self.slots.clone(), token.to_owned());
+        let moving = self.move_here(key.clone());
+        async move { Ok(adopted(&slots, &token, key, moving.await?)) }
     }
 
     /// Moves the slot `key` onto this group's lease; its lease and
@@ -319,21 +332,6 @@ impl WaitGroup {
             }
             Err(grant::two_leases_lost(&queue))
         }
-    }
-
-    /// Keeps the slot of `token` that [`WaitGroup::move_here`] adopted.
-    fn adopted(&self, token: &str, key: String, adopted: Option<(Arc<Lease>, i64)>) -> bool {
-        let Some((lease, revision)) = adopted else {
-            return false;
-        };
-        let mut slots = self.slots.get();
-        let in_block = slots.get(token).is_some_and(|held| held.in_block);
-        let grant = Grant {
-            held: lease.hold(key, revision, false),
-            lease,
-        };
-        slots.insert(token.to_owned(), Held { grant, in_block });
-        true
     }
 
     /// Ends a block that took the slot of `token`: frees only a slot this
@@ -503,7 +501,8 @@ impl WaitGroup {
         self.keep(token, grant, deadline, in_block)
     }
 
-    /// The async twin of [`WaitGroup::done`].
+    /// The async twin of [`WaitGroup::done`]. Dropped before it ends, the
+    /// slot is freed all the same.
     ///
     /// # Errors
     /// Those of [`WaitGroup::done`].
@@ -511,12 +510,14 @@ impl WaitGroup {
         let held = self.slots.get().remove(token);
         match (held, self.key(token)) {
             (Some(held), _) => self.free_async(held).await,
-            (None, Some(key)) => runtime::on_runtime(self.queue.what(), self.remove(key)).await,
+            (None, Some(key)) => runtime::to_the_end(self.queue.what(), self.remove(key)).await,
             (None, None) => Ok(false),
         }
     }
 
-    /// The async twin of [`WaitGroup::adopt`].
+    /// The async twin of [`WaitGroup::adopt`]. Dropped before it ends, the
+    /// adopt runs to its end: a slot moved onto this group's lease is this
+    /// group's, as after an adopt that returned true.
     ///
     /// # Errors
     /// Those of [`WaitGroup::adopt`].
@@ -524,9 +525,7 @@ impl WaitGroup {
         let Some(key) = self.key(token) else {
             return Ok(false);
         };
-        let moving = self.move_here(key.clone());
-        let adopted = runtime::on_runtime(self.queue.what(), moving).await?;
-        Ok(self.adopted(token, key, adopted))
+        runtime::to_the_end(self.queue.what(), self.adopting(token, key)).await
     }
 
     /// The async twin of [`WaitGroup::leave`].
@@ -582,15 +581,38 @@ impl WaitGroup {
 }
 
 impl Slot<'_, WaitGroup> {
-    /// Frees the slot now and reports whether it was still live. Dropped
-    /// before the answer, the release finishes in the background.
+    /// Frees the slot now and reports whether it was still live, as a drop
+    /// does (in a process forked while it was held, the slot is the
+    /// parent's and stays). Dropped before the answer, the release
+    /// finishes in the background.
     ///
     /// # Errors
     /// [`Error::Backend`] if no member answers.
     pub async fn release_async(self) -> Result<bool> {
         let (group, token) = self.disarm();
-        group.done_async(&token).await
+        group.leave_async(&token).await
     }
+}
+
+/// Keeps the slot of `token` that [`WaitGroup::move_here`] adopted, in
+/// `slots`; false when there was none to adopt.
+fn adopted(
+    slots: &Holds<String, Held>,
+    token: &str,
+    key: String,
+    moved: Option<(Arc<Lease>, i64)>,
+) -> bool {
+    let Some((lease, revision)) = moved else {
+        return false;
+    };
+    let mut slots = slots.get();
+    let in_block = slots.get(token).is_some_and(|held| held.in_block);
+    let grant = Grant {
+        held: lease.hold(key, revision, false),
+        lease,
+    };
+    slots.insert(token.to_owned(), Held { grant, in_block });
+    true
 }
 
 impl Drop for WaitGroup {

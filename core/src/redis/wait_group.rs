@@ -472,11 +472,12 @@ pub type Slot<'a> = crate::group::Slot<'a, WaitGroup>;
 
 impl Slot<'_> {
     /// Frees the slot now, on the calling task's runtime, and reports
-    /// whether it was still live. Dropped before the answer, the release
-    /// finishes in the background.
+    /// whether it was still live, as a drop does (in a process forked while
+    /// it was held, the slot is the parent's and stays). Dropped before the
+    /// answer, the release finishes in the background.
     pub async fn release_async(self) -> Result<bool> {
         let (group, token) = self.disarm();
-        group.done_async(&token).await
+        group.leave_async(&token).await
     }
 }
 
