@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 
 from etcd_server import Etcd
 from lockyard.asyncio.etcd import WaitGroup
