@@ -248,6 +248,15 @@ def test_the_source_gem_says_it_needs_cargo(tmp_path):
     assert "extconf.rb: cargo not found" in result.stdout + result.stderr, result
 
 
+SLOW_BINDING_TESTS = (
+    "test_exit_while_dropping.py",
+    "test_gcs_faults.py",
+    "test_logging_fork.py",
+    "test_exit_with_etcd_gone.py",
+    "test_silent_network.py",
+)
+
+
 def test_the_sdist_builds_and_passes_the_binding_tests_from_a_clean_unpack(tmp_path):
     sdist = artifact("*.tar.gz")
     with tarfile.open(sdist) as archive:
@@ -324,10 +333,18 @@ def test_the_sdist_builds_and_passes_the_binding_tests_from_a_clean_unpack(tmp_p
             "--timeout=120",
             "--timeout-method=thread",
             str(unpacked / "bindings-python/tests"),
+            # The slowest files (a minute and a half of faults, exits and
+            # forks timed against servers) ran against the wheel in CI's
+            # Python step, and test the core rather than how the sdist
+            # builds: left out here, as the CI budget asks.
+            *(
+                f"--ignore={unpacked / 'bindings-python/tests' / name}"
+                for name in SLOW_BINDING_TESTS
+            ),
         ],
         {**build_env, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"},
         cwd=tmp_path,
-        timeout=300,
+        timeout=420,
     )
     assert re.search(r"\d+ passed", tests.stdout), tests.stdout
 
