@@ -12,6 +12,10 @@
   of each in turn, and the ratio is the median of the rounds' ratios;
 - writes: Raft proposals etcd committed per uncontended cycle, and during a
   waiter's two seconds of waiting (etcd's own /metrics);
+- asyncio: the same cycle through ``lockyard.asyncio.etcd.Lock`` in one
+  task, against the same floor taken in the same rounds; and what 1000
+  tasks waiting on one lock cost (RSS, threads, sockets: each waiting
+  watch is one HTTP connection);
 - handoff: from a release to the next holder's acquire returning (a waiter
   in another thread, its own Lock object), p50 against the p50 of one etcd
   Put in the same run, and against the handoff's own floor: from a raw
@@ -27,6 +31,7 @@ Prints medians over a few rounds, as ratios to the floors.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import http.client
 import json
@@ -42,6 +47,7 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "bindings-python" / "tests"))
 from etcd_server import Etcd
+from lockyard.asyncio.etcd import Lock as AsyncLock
 from lockyard.etcd import Lock
 
 ROUNDS = 25
@@ -50,6 +56,7 @@ HANDOFFS = 100
 PAUSE = 0.02  # a waiter's time to queue behind the holder
 CYCLE_TARGET = 1.10
 HANDOFF_TARGET = 1.5
+WAITERS = 1000
 
 
 def b64(text: str) -> str:
@@ -199,6 +206,58 @@ def etcd3_cycle(port: int):
     return cycle
 
 
+async def async_rounds(url: str, raw: Raw, lease: int) -> tuple[list[float], list[float]]:
+    """Per round: the raw floor and lockyard.asyncio's cycle, in us."""
+    lock = AsyncLock(url, "async-cycle", ttl=30.0)
+    await lock.acquire()
+    await lock.release()
+    floors, ours = [], []
+    for _ in range(ROUNDS):
+        floors.append(per_cycle_us(lambda: raw.cycle("lockyard/raw/k", lease), CYCLES))
+        started = time.perf_counter()
+        for _ in range(CYCLES):
+            await lock.acquire()
+            await lock.release()
+        ours.append((time.perf_counter() - started) / CYCLES * 1e6)
+    return floors, ours
+
+
+def process_figures() -> tuple[float, int, int]:
+    """RSS (MiB), threads and open sockets of this process."""
+    with open("/proc/self/status") as status:
+        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    fds = Path("/proc/self/fd")
+    sockets = 0
+    for fd in fds.iterdir():
+        try:
+            sockets += fd.readlink().name.startswith("socket:")
+        except OSError:
+            pass
+    return rss / 1024, len(list(Path("/proc/self/task").iterdir())), sockets
+
+
+async def waiting_cost(url: str, etcd: Etcd) -> tuple[float, int, int]:
+    """What WAITERS tasks waiting on one lock add: RSS, threads, sockets."""
+    lock = AsyncLock(url, "waiters", ttl=30.0)
+    await lock.acquire()
+    # One waiter first: the runtime and the first watch are the baseline.
+    warm = asyncio.create_task(lock.acquire())
+    await asyncio.sleep(0.5)
+    rss, threads, sockets = process_figures()
+    waiters = [asyncio.create_task(lock.acquire()) for _ in range(WAITERS)]
+    deadline = time.monotonic() + 30
+    while len(await asyncio.to_thread(etcd.keys)) < WAITERS + 2:
+        assert time.monotonic() < deadline, "the waiters never queued"
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)
+    after = process_figures()
+    for waiter in [warm, *waiters]:
+        waiter.cancel()
+    await asyncio.gather(warm, *waiters, return_exceptions=True)
+    await lock.release()
+    return after[0] - rss, after[1] - threads, after[2] - sockets
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ruby", help='how to run Ruby with lockyard, e.g. "ruby -I DIR"')
@@ -244,6 +303,9 @@ def main() -> None:
             lock.release()
             thread.join()
 
+            async_floors, async_ours = asyncio.run(async_rounds(etcd.url, raw, lease))
+            waiting = asyncio.run(waiting_cost(etcd.url, etcd))
+
             handoffs = [handoff_p50_us(etcd.url) for _ in range(2)]
             puts = [put_p50_us(raw, PAUSE) for _ in range(2)]
             hot_puts = [put_p50_us(raw, 0) for _ in range(2)]
@@ -269,6 +331,13 @@ def main() -> None:
         print(f"  Ruby raw floor (Net::HTTP)        {rb_floor:8.0f} us/cycle   1.00x")
         print(f"  Lockyard::Etcd::Lock              {rb_mine:8.0f} us/cycle   {rb_ratio:.2f}x"
               f"   target <= {CYCLE_TARGET:.2f}x: {'met' if rb_ratio <= CYCLE_TARGET else 'MISSED'}")  # fmt: skip
+    async_ratio = round_ratio(async_ours, async_floors)
+    print(f"  asyncio: raw floor in its rounds  {statistics.median(async_floors):8.0f} us/cycle   1.00x")
+    print(f"  lockyard.asyncio.etcd.Lock        {statistics.median(async_ours):8.0f} us/cycle"
+          f"   {async_ratio:.2f}x (sync above: {cycle_ratio:.2f}x)")  # fmt: skip
+    grown, threads, sockets = waiting
+    print(f"  {WAITERS} asyncio tasks waiting on one lock: RSS +{grown:.1f} MiB"
+          f" ({grown * 1024 / WAITERS:.1f} KiB each), threads +{threads}, sockets +{sockets}")
     print(f"  Raft writes per uncontended cycle  {writes:.2f}   target 2")
     print(f"  Raft writes by a waiter in 2 s     {waiting_writes}   target 0")
     ratio, hot_put = handoff / put, statistics.median(hot_puts)
