@@ -84,3 +84,94 @@ async fn control_a_build_through_the_proxy_left_to_finish_leaves_no_lease() {
     let left = leases_after(&server, MS(2500));
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// BUG: `Observer::unread` while a wait dropped a moment ago still holds
+/// the observer's tokio mutex spawns the push "after it, as no other call
+/// of this observer can run meanwhile". But the very next call can run
+/// meanwhile: a blocking `next_change` queues on the mutex from the
+/// caller's thread before lockyard's runtime thread has even polled the
+/// spawned push, gets the lock first, finds nothing pending and waits for
+/// (and returns) the next change: the handed-back term comes after a later
+/// one (reordered), or a call with a timeout returns None with a term
+/// pending.
+#[test]
+fn a_term_handed_back_just_after_a_dropped_wait_comes_first() {
+    use lockyard::etcd::Election;
+    let server = EtcdServer::start();
+    let sa = etcd_support::session_at(&server.url(), 5, 0, 5);
+    let a = Election::new(&server.url(), "handback", &sa).unwrap();
+    assert!(a.campaign("a", None).unwrap());
+    let caller = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut reordered = 0;
+    let rounds = 20;
+    for _ in 0..rounds {
+        let mut observer = a.observe();
+        let current = observer.next_change(MS(5000), &|| false).unwrap().unwrap();
+        assert_eq!(current.value.as_deref(), Some("a"));
+        // A wait under way (it opens the watch), dropped.
+        caller.block_on(async {
+            let _ = cut_off(MS(30), observer.next_change_async(None)).await;
+        });
+        // The current state was never delivered: handed back at once.
+        observer.unread(current.clone());
+        let next = observer.next_change(MS(300), &|| false).unwrap();
+        if next.as_ref() != Some(&current) {
+            reordered += 1;
+            let later = observer.next_change(MS(300), &|| false).unwrap();
+            eprintln!(
+                "handed back {current:?}, next call answered {next:?}, the one after {later:?}"
+            );
+        }
+    }
+    assert!(a.resign().unwrap());
+    assert_eq!(
+        reordered, 0,
+        "{reordered} of {rounds} handed-back terms did not come next"
+    );
+}
+
+/// The same bug as a reorder: a change that comes after the hand-back is
+/// answered before the handed-back term (the leader's end before its
+/// start).
+#[test]
+fn a_term_handed_back_just_after_a_dropped_wait_is_not_reordered() {
+    use lockyard::etcd::Election;
+    let server = EtcdServer::start();
+    let sa = etcd_support::session_at(&server.url(), 5, 0, 5);
+    let caller = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut answers = Vec::new();
+    for round in 0..5 {
+        let a = Election::new(&server.url(), &format!("reorder-{round}"), &sa).unwrap();
+        assert!(a.campaign("a", None).unwrap());
+        let token = a.fencing_token().unwrap();
+        let mut observer = a.observe();
+        let current = observer.next_change(MS(5000), &|| false).unwrap().unwrap();
+        caller.block_on(async {
+            let _ = cut_off(MS(30), observer.next_change_async(None)).await;
+        });
+        observer.unread(current.clone());
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(MS(200));
+                assert!(a.resign().unwrap());
+            });
+            let first = observer.next_change(MS(5000), &|| false).unwrap().unwrap();
+            let second = observer.next_change(MS(5000), &|| false).unwrap().unwrap();
+            answers.push(vec![
+                (first.value, first.fencing_token),
+                (second.value, second.fencing_token),
+            ]);
+        });
+        assert_eq!(
+            answers.last().unwrap(),
+            &vec![(Some("a".to_owned()), token), (None, token)],
+            "the handed-back start of a's term must come before its end: {answers:?}"
+        );
+    }
+}
