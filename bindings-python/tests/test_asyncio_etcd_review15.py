@@ -117,3 +117,47 @@ def test_control_a_campaign_cancelled_as_it_wins_is_given_back(
         await session.destroy()
 
     asyncio.run(main())
+
+
+def test_a_create_ended_by_destroy_as_its_answer_arrives_leaves_no_lease(
+    etcd: Etcd,
+) -> None:
+    """BUG: ``TaskSession._new`` awaits ``settle(create)`` without an
+    ``undo``. When ``destroy()`` cancels the create under way in the loop
+    iteration the native answer (the granted session) arrives, ``settle``
+    drops the session it was handed (no undo) and ``destroy()`` sees a
+    cancelled create and destroys nothing. The native session lives on in
+    the cancelled task's traceback, its keep-alive running: the lease
+    outlives its ttl (3 s here) for as long as the Session object lives,
+    though ``destroy()`` returned ("A create still under way ... gives up,
+    or is destroyed once done")."""
+
+    def leases() -> list[str]:
+        out = etcd.ctl("lease", "list").stdout
+        return [line for line in out.splitlines()[1:] if line.strip()]
+
+    async def main() -> None:
+        session = Session(etcd.url, ttl=3.0, lock_delay=0.0)
+        loop = asyncio.get_running_loop()
+        original = loop.create_future
+
+        def create_future() -> asyncio.Future[Any]:
+            future = original()
+            # destroy()'s first step, in the iteration the answer arrives.
+            future.add_done_callback(lambda _: session._creating.cancel())  # type: ignore[union-attr]
+            return future
+
+        loop.create_future = create_future  # type: ignore[method-assign]
+        try:
+            creating = asyncio.ensure_future(session.create())
+            with contextlib.suppress(BaseException):
+                await creating
+        finally:
+            loop.create_future = original  # type: ignore[method-assign]
+        await session.destroy()
+        assert not session.healthy
+        await asyncio.sleep(5.0)  # past the ttl: only a kept-alive lease is left
+        left = await asyncio.to_thread(leases)
+        assert left == [], f"destroy() returned, yet the lease is kept alive: {left}"
+
+    asyncio.run(main())
