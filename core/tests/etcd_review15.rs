@@ -46,6 +46,26 @@ async fn a_build_dropped_during_the_bar_lease_grant_leaves_no_lease() {
     );
 }
 
+/// The same bug with no grant in flight at the cut-off: the bar lease's
+/// grant never reaches etcd (refused at the proxy, and retried), so the one
+/// lease left is the session's own, granted and answered in full.
+#[tokio::test(flavor = "current_thread")]
+async fn a_build_dropped_while_its_bar_lease_grant_is_refused_leaves_no_lease() {
+    let server = EtcdServer::start();
+    let proxy = RuleProxy::start(server.client_port);
+    proxy.rule("\"TTL\":30", Act::Refuse, None);
+    let building = Session::builder(proxy.url())
+        .ttl(Duration::from_secs(20))
+        .lock_delay(Duration::from_secs(10))
+        .build_async();
+    assert!(cut_off(MS(500), building).await, "the build is cut off");
+    let left = leases_after(&server, MS(1500));
+    assert!(
+        left.is_empty(),
+        "a build dropped midway left its granted session lease (alive until its ttl): {left:?}"
+    );
+}
+
 /// BUG (narrower window): a build dropped while the session lease's grant
 /// is in flight (sent, reply not yet in) leaves the lease etcd granted:
 /// its id was picked locally, but nothing revokes it.
