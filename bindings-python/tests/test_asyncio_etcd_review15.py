@@ -60,12 +60,12 @@ def test_an_observer_cancelled_as_its_change_arrives_loses_no_change(
             again = await observer.__anext__()
         except StopAsyncIteration:
             again = None
+        await election.resign()
         await session.destroy()
         assert again is not None, "the change read for the cancelled task was lost"
         assert (again.value, again.fencing_token) == ("node-a", token)
 
     asyncio.run(main())
-
 
 
 def test_a_redis_observer_cancelled_as_its_change_arrives_loses_no_change(
@@ -89,6 +89,7 @@ def test_a_redis_observer_cancelled_as_its_change_arrives_loses_no_change(
             again = await observer.__anext__()
         except StopAsyncIteration:
             again = None
+        await election.resign()
         await session.destroy()
         assert again is not None, "the change read for the cancelled task was lost"
         assert (again.value, again.fencing_token) == ("node-a", token)
