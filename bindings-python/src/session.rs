@@ -114,6 +114,15 @@ macro_rules! session_class {
                 self.session.call(py, |s| s.destroy())
             }
 
+            /// ``destroy`` in the background, returning at once (a session
+            /// created for an asyncio task cancelled meanwhile).
+            fn destroy_in_background(&self, py: Python<'_>) -> PyResult<()> {
+                self.session.call(py, |s| {
+                    s.destroy_in_background();
+                    Ok(())
+                })
+            }
+
             /// Whether the session is surely live: not destroyed, not lost,
             /// kept alive within its TTL. Reads a flag.
             #[getter]

@@ -266,6 +266,7 @@ impl Election {
     /// with a timeout and an interrupt check).
     pub fn observe(&self) -> Observer {
         Observer {
+            handed_back: VecDeque::new(),
             what: self.line.what().to_owned(),
             watching: Arc::new(tokio::sync::Mutex::new(Watching {
                 line: self.line.clone(),
@@ -381,6 +382,9 @@ pub struct Observer {
     /// Locked by the one wait under way: one that was dropped may still
     /// be ending on lockyard's runtime when the next begins.
     watching: Arc<tokio::sync::Mutex<Watching>>,
+    /// Changes handed back by [`Observer::unread`]: returned before any
+    /// other, without waiting for the lock a dropped wait may still hold.
+    handed_back: VecDeque<Term>,
 }
 
 struct Watching {
@@ -412,6 +416,9 @@ impl Observer {
         interrupted: Interrupt<'_>,
     ) -> Result<Option<Term>> {
         let deadline = deadline.into().check()?;
+        if let Some(term) = self.handed_back.pop_front() {
+            return Ok(Some(term));
+        }
         let watching = self.watching.clone();
         let waiting = async move {
             let mut watching = watching.lock().await;
@@ -429,15 +436,7 @@ impl Observer {
     /// (its reader was cancelled as it came): the next call returns it
     /// again, before any later change.
     pub fn unread(&mut self, term: Term) {
-        match self.watching.try_lock() {
-            Ok(mut watching) => watching.pending.push_front(term),
-            // A wait dropped a moment ago still ends on the runtime: after
-            // it, as no other call of this observer can run meanwhile.
-            Err(_) => {
-                let watching = self.watching.clone();
-                runtime::spawn(async move { watching.lock().await.pending.push_front(term) });
-            }
-        }
+        self.handed_back.push_front(term);
     }
 
     /// The async twin of [`Observer::next_change`]: the wait runs on
@@ -452,6 +451,9 @@ impl Observer {
         deadline: impl Into<Deadline>,
     ) -> Result<Option<Term>> {
         let deadline = deadline.into().check()?;
+        if let Some(term) = self.handed_back.pop_front() {
+            return Ok(Some(term));
+        }
         let watching = self.watching.clone();
         let waiting = async move { watching.lock_owned().await.wait_for_change(deadline).await };
         runtime::on_runtime(&self.what, waiting).await?;

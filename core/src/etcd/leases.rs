@@ -168,15 +168,11 @@ impl Leases {
         // The lease first, its bar lease after: the bars then surely
         // outlive the lease's first deadline by the lock_delay.
         let mut lease = self.grant(self.ttl_secs, until).await?;
+        let mut unkept = Granting::new(self, lease.id);
         if let Some(ttl_secs) = self.bar_ttl {
-            match self.grant(ttl_secs, until).await {
-                Ok(bars) => lease.bars = Some(Arc::new(bars)),
-                Err(e) => {
-                    self.revoke_in_background(lease.id);
-                    return Err(e);
-                }
-            }
+            lease.bars = Some(Arc::new(self.grant(ttl_secs, until).await?));
         }
+        unkept.keep();
         let lease = Arc::new(lease);
         let task = runtime::spawn(Lease::keep_alive(Arc::downgrade(&lease)));
         *lease.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
@@ -190,6 +186,9 @@ impl Leases {
         // The id is ours, not etcd's pick: a grant whose reply was lost,
         // sent again, finds its own lease instead of making a second one.
         let id = lease_id();
+        // A grant that fails, or is dropped, after its request may have
+        // reached etcd revokes the lease it may have made.
+        let mut granting = Granting::new(self, id);
         let grant = json!({"ID": id, "TTL": ttl_secs});
         let granted = match self.client.call_tracked("lease/grant", &grant, until).await {
             Ok((answer, _)) => kv::number(&answer["TTL"]),
@@ -199,12 +198,12 @@ impl Leases {
             Err(fault) => return Err(fault.into_error(&self.client, "granting a lease")),
         };
         if granted != ttl_secs {
-            self.revoke_in_background(id);
             return Err(Error::config(format!(
                 "etcd at {} grants leases of at least {granted} s: a ttl of {ttl_secs} s is too short",
                 self.client.shown(),
             )));
         }
+        granting.keep();
         let ttl = Duration::from_secs(granted as u64);
         Ok(Lease {
             id,
@@ -262,6 +261,36 @@ impl Leases {
     }
 }
 
+/// A lease granted, or being granted, that nothing keeps alive yet:
+/// revoked in the background when dropped before [`Granting::keep`] (a
+/// grant that failed, or was given up midway with its caller), rather than
+/// left in etcd until its ttl.
+struct Granting<'a> {
+    leases: &'a Leases,
+    id: Option<i64>,
+}
+
+impl<'a> Granting<'a> {
+    fn new(leases: &'a Leases, id: i64) -> Self {
+        Granting {
+            leases,
+            id: Some(id),
+        }
+    }
+
+    fn keep(&mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for Granting<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.leases.revoke_in_background(id);
+        }
+    }
+}
+
 /// A ttl in etcd's whole seconds, rounded up.
 pub(crate) fn ttl_secs(ttl: Duration) -> Result<i64> {
     limits::period("ttl", ttl)?;
@@ -302,6 +331,10 @@ impl Drop for Leases {
         // given up may have left on it; else that is deleted by hand.
         if self.revoke_on_drop || lease.held().is_empty() {
             self.revoke_in_background(lease.id);
+            // A session built and dropped unused: its bar lease goes too.
+            if let Some(bars) = &lease.bars {
+                self.revoke_in_background(bars.id);
+            }
         } else {
             lease.sweep_after_drop();
         }

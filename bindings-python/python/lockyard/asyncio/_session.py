@@ -5,6 +5,7 @@ and ``AsyncElection``; a backend's module gives them constructors."""
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Union
@@ -101,7 +102,10 @@ class TaskSession:
                 behavior,
                 lock_delay,
                 connect_timeout=connect_timeout,
-            )
+            ),
+            # Created as its awaiting task was cancelled (by destroy(), say):
+            # nobody will destroy it, so it is destroyed now.
+            lambda native: native.destroy_in_background(),
         )
         return native
 
@@ -274,15 +278,24 @@ class Observer:
 
     def __init__(self, native: AsyncObserver) -> None:
         self._native = native
+        # Changes that reached a reader cancelled as they came: the next
+        # read returns them first.
+        self._handed_back: collections.deque[Term] = collections.deque()
 
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> Term:
-        term: Term | None = await settle(self._native.next)
+        if self._handed_back:
+            return self._handed_back.popleft()
+        term: Term | None = await settle(self._native.next, self._hand_back)
         if term is None:
             raise StopAsyncIteration
         return term
+
+    def _hand_back(self, term: Term | None) -> None:
+        if term is not None:
+            self._handed_back.appendleft(term)
 
 
 async def walk(
