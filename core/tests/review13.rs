@@ -132,6 +132,19 @@ fn finding_a_quorum_holder_whose_node_went_silent_exits_at_once() {
             .collect();
         let lock = quorum_lock(&urls, "r13-went-silent");
         let guard = lock.write(Some(MS(5000))).unwrap();
+        // The node goes silent once it granted too: the acquire returned
+        // at a quorum of two, and the third grant may still be on its way
+        // (stopped before it, the node would leave a release from the
+        // other two one grant short of a quorum).
+        let deadline = Instant::now() + MS(2000);
+        while !lockyard::quorum::inspect(&urls, "r13-went-silent")
+            .unwrap()
+            .iter()
+            .all(|node| node.writer.is_some())
+        {
+            assert!(Instant::now() < deadline, "a node never granted");
+            std::thread::sleep(MS(10));
+        }
         let pid = std::env::var("STOP_PID").unwrap();
         assert!(Command::new("kill")
             .args(["-STOP", &pid])
@@ -146,11 +159,13 @@ fn finding_a_quorum_holder_whose_node_went_silent_exits_at_once() {
         return;
     }
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let urls = servers
-        .iter()
-        .map(RedisServer::url)
-        .collect::<Vec<_>>()
-        .join(",");
+    // Fresh nodes are in their restart guard until all three are known
+    // new: one lock round while all are up ends it.
+    let all: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let warm_up = quorum_lock(&all, "r13-went-silent");
+    assert!(warm_up.write(Some(MS(5000))).unwrap().release().unwrap());
+    drop(warm_up);
+    let urls = all.join(",");
     let pid = redis_pid(&servers[2]);
     let took = exit_time_of(NAME, &[("URLS", urls), ("STOP_PID", pid)]);
     servers[2].signal("CONT");
