@@ -28,42 +28,61 @@ class Etcd:
     """One etcd member in `directory`; gone after `stop()`."""
 
     def __init__(self, directory: Path) -> None:
-        self.port, peer = low_port(), low_port()
+        # A port picked free may be taken by the time etcd binds it (ports
+        # are picked at random, by every test process alike): a member that
+        # exits, or is not healthy within 20 s, is started again on new
+        # ports, and what it printed goes into the error if none starts.
+        failures = []
+        for attempt in range(3):
+            if self._start(directory / f"etcd-{attempt}"):
+                return
+            failures.append(self._log.read_text(errors="replace")[-2000:])
+        raise RuntimeError("etcd did not start:\n" + "\n---\n".join(failures))
+
+    def _start(self, directory: Path) -> bool:
+        directory.mkdir(parents=True)
+        self.port = low_port()
+        peer = low_port()
+        while peer == self.port:
+            peer = low_port()
         self.url = f"etcd://127.0.0.1:{self.port}"
         client, peer_url = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{peer}"
-        self.process = subprocess.Popen(
-            [
-                "etcd",
-                "--name",
-                "solo",
-                "--data-dir",
-                str(directory / "etcd"),
-                "--listen-client-urls",
-                client,
-                "--advertise-client-urls",
-                client,
-                "--listen-peer-urls",
-                peer_url,
-                "--initial-advertise-peer-urls",
-                peer_url,
-                "--initial-cluster",
-                f"solo={peer_url}",
-                "--heartbeat-interval",
-                "50",
-                "--election-timeout",
-                "500",
-                "--log-level",
-                "error",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self._log = directory / "etcd.log"
+        with open(self._log, "w") as log:
+            self.process = subprocess.Popen(
+                [
+                    "etcd",
+                    "--name",
+                    "solo",
+                    "--data-dir",
+                    str(directory / "data"),
+                    "--listen-client-urls",
+                    client,
+                    "--advertise-client-urls",
+                    client,
+                    "--listen-peer-urls",
+                    peer_url,
+                    "--initial-advertise-peer-urls",
+                    peer_url,
+                    "--initial-cluster",
+                    f"solo={peer_url}",
+                    "--heartbeat-interval",
+                    "50",
+                    "--election-timeout",
+                    "500",
+                    "--log-level",
+                    "error",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         deadline = time.monotonic() + 20
         while self.ctl("endpoint", "health", check=False).returncode != 0:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or self.process.poll() is not None:
                 self.stop()
-                raise RuntimeError("etcd did not start")
+                return False
             time.sleep(0.05)
+        return True
 
     def ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
