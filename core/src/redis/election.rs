@@ -339,7 +339,7 @@ impl Observer {
             .arg("BLOCK")
             .arg(slice.as_millis().max(1) as u64)
             .arg("STREAMS")
-            .arg(&self.semaphore.keys().terms)
+            .arg(self.semaphore.keys().terms())
             .arg(after);
         read
     }

@@ -4,68 +4,80 @@
 
 use crate::error::{Error, Result};
 
+/// What follows `lockyard:{name}:` in each key, in the order the scripts
+/// take them (see prelude.lua), then the wake-up prefix.
+const SUFFIXES: [&str; 13] = [
+    "holders", "grants", "queue", "leases", "fence", "watchers",
+    // Grants and waiters under a session: their lock_delay, behavior, value.
+    "bound",
+    // Present while a lost session's lock_delay keeps the name from being granted.
+    "delay", // The value a released holder kept (session behavior "release").
+    "value",
+    // Stream of election terms: a grant's (fence, value), its end (fence, "").
+    "terms",
+    // What the name is while anyone holds or waits for it: a lock, or a
+    // WaitGroup of some limit (see `recorded_shape` in the prelude).
+    "shape",
+    // Slots adopted by another process, by token: the refresher that now
+    // keeps each alive (see `adopt.lua`).
+    "owners", // A waiter's wake-up list is this prefix followed by its token.
+    "wake:",
+];
+const TERMS: usize = 9;
+const WAKE_PREFIX: usize = 12;
+
+/// All of one name's keys, one after the other in one string: a process
+/// may hold ten thousand locks, and one allocation costs less than
+/// thirteen.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
-    pub(crate) holders: String,
-    pub(crate) grants: String,
-    pub(crate) queue: String,
-    pub(crate) leases: String,
-    pub(crate) fence: String,
-    pub(crate) watchers: String,
-    /// Grants and waiters under a session: their lock_delay, behavior, value.
-    pub(crate) bound: String,
-    /// Present while a lost session's lock_delay keeps the name from being granted.
-    pub(crate) delay: String,
-    /// The value a released holder kept (session behavior "release").
-    pub(crate) value: String,
-    /// Stream of election terms: a grant's (fence, value), its end (fence, "").
-    pub(crate) terms: String,
-    /// What the name is while anyone holds or waits for it: a lock, or a
-    /// WaitGroup of some limit (see `recorded_shape` in the prelude).
-    pub(crate) shape: String,
-    /// Slots adopted by another process, by token: the refresher that now
-    /// keeps each alive (see `adopt.lua`).
-    pub(crate) owners: String,
-    /// A waiter's wake-up list is this prefix followed by its token.
-    pub(crate) wake_prefix: String,
+    text: String,
+    /// Where each key of [`SUFFIXES`] ends in `text`.
+    ends: [u32; 13],
 }
 
 impl Keys {
     pub(crate) fn new(name: &str) -> Result<Keys> {
         check_name(name)?;
-        let base = format!("lockyard:{{{name}}}");
-        Ok(Keys {
-            holders: format!("{base}:holders"),
-            grants: format!("{base}:grants"),
-            queue: format!("{base}:queue"),
-            leases: format!("{base}:leases"),
-            fence: format!("{base}:fence"),
-            watchers: format!("{base}:watchers"),
-            bound: format!("{base}:bound"),
-            delay: format!("{base}:delay"),
-            value: format!("{base}:value"),
-            terms: format!("{base}:terms"),
-            shape: format!("{base}:shape"),
-            owners: format!("{base}:owners"),
-            wake_prefix: format!("{base}:wake:"),
-        })
+        let base = format!("lockyard:{{{name}}}:");
+        let length: usize = SUFFIXES
+            .iter()
+            .map(|suffix| base.len() + suffix.len())
+            .sum();
+        if u32::try_from(length).is_err() {
+            return Err(Error::config(format!(
+                "the name is too long ({} bytes)",
+                name.len()
+            )));
+        }
+        let mut text = String::with_capacity(length);
+        let mut ends = [0; 13];
+        for (end, suffix) in ends.iter_mut().zip(SUFFIXES) {
+            text.push_str(&base);
+            text.push_str(suffix);
+            *end = text.len() as u32;
+        }
+        Ok(Keys { text, ends })
     }
 
+    fn key(&self, at: usize) -> &str {
+        let start = at.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.text[start as usize..self.ends[at] as usize]
+    }
+
+    /// The keys every script takes, in its KEYS order.
     pub(crate) fn all(&self) -> [&str; 12] {
-        [
-            &self.holders,
-            &self.grants,
-            &self.queue,
-            &self.leases,
-            &self.fence,
-            &self.watchers,
-            &self.bound,
-            &self.delay,
-            &self.value,
-            &self.terms,
-            &self.shape,
-            &self.owners,
-        ]
+        std::array::from_fn(|at| self.key(at))
+    }
+
+    /// The stream of election terms.
+    pub(crate) fn terms(&self) -> &str {
+        self.key(TERMS)
+    }
+
+    /// A waiter's wake-up list is this prefix followed by its token.
+    pub(crate) fn wake_prefix(&self) -> &str {
+        self.key(WAKE_PREFIX)
     }
 }
 
@@ -89,9 +101,13 @@ mod tests {
     #[test]
     fn every_key_shares_the_hash_tag() {
         let keys = Keys::new("deploy").unwrap();
-        for key in keys.all().into_iter().chain([keys.wake_prefix.as_str()]) {
+        for key in keys.all().into_iter().chain([keys.wake_prefix()]) {
             assert!(key.starts_with("lockyard:{deploy}:"), "{key}");
         }
+        assert_eq!(keys.all()[0], "lockyard:{deploy}:holders");
+        assert_eq!(keys.all()[11], "lockyard:{deploy}:owners");
+        assert_eq!(keys.terms(), "lockyard:{deploy}:terms");
+        assert_eq!(keys.wake_prefix(), "lockyard:{deploy}:wake:");
     }
 
     #[test]

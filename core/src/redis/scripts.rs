@@ -63,6 +63,6 @@ pub(crate) fn prepare<'a>(
     for key in keys.all() {
         invocation.key(key);
     }
-    invocation.arg(&keys.wake_prefix).arg(limit).arg(fence_base);
+    invocation.arg(keys.wake_prefix()).arg(limit).arg(fence_base);
     invocation
 }
