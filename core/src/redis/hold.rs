@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
@@ -58,7 +58,7 @@ impl Hold {
                 // never start a task (see `deferred`).
                 Keeper::Deferred {
                     _refresher: deferred::spawn_at(
-                        Instant::now() + slots.lease.refresh_every,
+                        on_the_grid(Instant::now() + slots.lease.refresh_every, &slots.lease),
                         refresh,
                     ),
                 }
@@ -187,7 +187,9 @@ async fn refresh_loop(
     let mut taken_up = !handed_over;
     loop {
         let sent = Stamp::now();
-        let outcome = slots.refresh(&token, &refresher).await;
+        // Boxed: the refresh's state is large, and a held lock's refresher
+        // spends nearly all its life between refreshes.
+        let outcome = Box::pin(slots.refresh(&token, &refresher)).await;
         match outcome {
             Ok(Renewal::Extended) => {
                 taken_up = true;
@@ -216,13 +218,31 @@ async fn refresh_loop(
                 }
             }
         }
-        let pause = if taken_up {
-            keep.next_try(None)
+        let next = if taken_up {
+            on_the_grid(Instant::now() + keep.next_try(None), lease)
         } else {
-            first_refresh_retry(lease)
+            Instant::now() + first_refresh_retry(lease)
         };
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep_until(next.into()).await;
     }
+}
+
+/// When a refresh due at `due` is sent: at the last point at or before it
+/// of a grid a quarter of the refresh period apart, shared by the whole
+/// process. Locks taken moments apart then fall due at the same instant,
+/// and their refreshes go out in one pipeline (see `refresh_batch`); once
+/// on the grid, a hold stays on it. A refresh comes at most a quarter
+/// period early, never late.
+fn on_the_grid(due: Instant, lease: &Lease) -> Instant {
+    static ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
+    let step = (lease.refresh_every / 4).as_nanos();
+    let origin = *ORIGIN;
+    if step == 0 || due <= origin {
+        return due;
+    }
+    let since = (due - origin).as_nanos();
+    let on_grid = u64::try_from(since - since % step).unwrap_or(u64::MAX);
+    origin + Duration::from_nanos(on_grid)
 }
 
 /// The pause between tries of a handed-over grant's first refresh: every

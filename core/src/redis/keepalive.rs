@@ -237,9 +237,16 @@ impl KeepAlive {
             .iter()
             .map(|(id, m)| (*id, m.clone()))
             .collect();
+        // All at once, so that they share a pipeline (see `refresh_batch`).
+        let mut refreshes = tokio::task::JoinSet::new();
         for (id, member) in members {
+            refreshes.spawn(async move { (id, member.refresh().await) });
+        }
+        while let Some(refreshed) = refreshes.join_next().await {
+            let (id, renewed) =
+                refreshed.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
             // A grant released meanwhile is gone for a good reason.
-            if !member.refresh().await? && self.members().contains_key(&id) {
+            if !renewed? && self.members().contains_key(&id) {
                 return Ok(Some(
                     "a lock under it ran out or was taken over before it could be refreshed".into(),
                 ));

@@ -10,6 +10,7 @@ mod hold;
 mod keepalive;
 mod keys;
 mod lock;
+mod refresh_batch;
 mod route;
 mod scripts;
 mod semaphore;
@@ -26,6 +27,9 @@ pub use exclusive::{claim, exclusive, Claim, Exclusive};
 #[cfg(feature = "quorum")]
 pub(crate) use keys::check_name;
 pub use lock::{holder, Lock, LockBuilder, LockGuard};
+pub(crate) use refresh_batch::lock_for_fork as lock_refreshes_for_fork;
+#[doc(hidden)]
+pub use refresh_batch::refresh_exchanges;
 #[cfg(feature = "quorum")]
 pub(crate) use route::Route;
 #[cfg(feature = "quorum")]

@@ -7,7 +7,7 @@
 
 use std::sync::LazyLock;
 
-use redis::{Script, ScriptInvocation};
+use redis::{Cmd, Script, ScriptInvocation};
 
 use super::keys::Keys;
 
@@ -63,6 +63,19 @@ pub(crate) fn prepare<'a>(
     for key in keys.all() {
         invocation.key(key);
     }
-    invocation.arg(keys.wake_prefix()).arg(limit).arg(fence_base);
     invocation
+        .arg(keys.wake_prefix())
+        .arg(limit)
+        .arg(fence_base);
+    invocation
+}
+
+/// [`prepare`] as a plain EVALSHA command, for a pipeline (which does not
+/// load a script the server lacks: its sender does).
+pub(crate) fn evalsha(script: &Script, keys: &Keys, limit: u32, fence_base: u64) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    let all = keys.all();
+    cmd.arg(script.get_hash()).arg(all.len()).arg(&all[..]);
+    cmd.arg(keys.wake_prefix()).arg(limit).arg(fence_base);
+    cmd
 }

@@ -6,13 +6,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::ScriptInvocation;
+use redis::{Cmd, ScriptInvocation};
 
 use super::caller::Caller;
 use super::failure::OnSignal;
 use super::keys::Keys;
+use super::refresh_batch;
 use super::route::Route;
-use super::scripts::{prepare, SCRIPTS};
+use super::scripts::{evalsha, prepare, SCRIPTS};
 use super::server::COMMAND_TIMEOUT;
 use super::session::Binding;
 use crate::error::{Error, Result};
@@ -370,22 +371,30 @@ impl Slots {
         prepare(&SCRIPTS.holder, &self.keys, self.shape.limit(), fence_base)
     }
 
-    /// One refresh of `token`'s lease by the shared TTL, by `refresher`. It
-    /// follows the slot wherever the Cluster moved it; a failed connection is
-    /// dropped so the next try reconnects.
-    pub(crate) async fn refresh(&self, token: &str, refresher: &str) -> Result<Renewal> {
-        let renewed: Vec<i64> = self
-            .route
-            .in_background(
-                "refresh",
-                self.lease.background_timeout(),
-                |mut conn| async move {
-                    self.refresh_script(conn.fence_base(), token, refresher)
-                        .invoke_async(&mut conn)
-                        .await
-                },
-            )
-            .await?;
+    /// One refresh of `token`'s lease by the shared TTL, by `refresher`,
+    /// in the pipeline of refreshes due together on its node (see
+    /// `refresh_batch`), or alone when that did not settle it: alone, it
+    /// follows the slot wherever the Cluster moved it, and a failed
+    /// connection is dropped so the next try reconnects.
+    pub(crate) async fn refresh(self: &Arc<Self>, token: &str, refresher: &str) -> Result<Renewal> {
+        let renewed = match refresh_batch::refresh(self, token, refresher).await {
+            Some(renewed) => renewed,
+            // Boxed: it is the rare case, and would otherwise swell every
+            // waiting refresh's state.
+            None => {
+                Box::pin(self.route.in_background(
+                        "refresh",
+                        self.lease.background_timeout(),
+                        |mut conn| async move {
+                            refresh_batch::count_exchange();
+                            self.refresh_script(conn.fence_base(), token, refresher)
+                                .invoke_async(&mut conn)
+                                .await
+                        },
+                    ))
+                    .await?
+            }
+        };
         Ok(match renewed.first() {
             Some(1) => Renewal::Extended,
             Some(2) => Renewal::Adopted,
@@ -407,6 +416,13 @@ impl Slots {
             .arg(self.lease.ttl_ms())
             .arg(refresher);
         invocation
+    }
+
+    /// [`Slots::refresh_script`] as a command for a pipeline.
+    pub(crate) fn refresh_command(&self, fence_base: u64, token: &str, refresher: &str) -> Cmd {
+        let mut cmd = evalsha(&SCRIPTS.refresh, &self.keys, self.shape.limit(), fence_base);
+        cmd.arg(token).arg(self.lease.ttl_ms()).arg(refresher);
+        cmd
     }
 
     /// The name is recorded as `kind` with `limit`, not what this client is.

@@ -1,0 +1,269 @@
+//! Refreshes that fall due together go out together: the refreshes of
+//! held slots that reach one node within a few milliseconds of each other
+//! travel in one pipeline, one round trip for up to [`MOST_IN_ONE`] of
+//! them. Held locks' refreshes fall due on a grid shared by the whole
+//! process (see `hold::on_the_grid`), so a process holding ten thousand
+//! locks sends a handful of pipelines per refresh interval, not ten
+//! thousand requests.
+//!
+//! A refresh the pipeline does not settle (a Cluster redirect, a replica's
+//! refusal, a node that failed or went silent) is sent again on its own
+//! along its route, which follows redirects and failovers: batching only
+//! ever saves round trips, it decides nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{ServerErrorKind, Value};
+use tokio::sync::oneshot;
+
+use super::scripts::SCRIPTS;
+use super::server::{Channel, Server};
+use super::slots::Slots;
+
+/// How long a pipeline waits for more refreshes once one arrived: it
+/// leaves when a wait this long brought none, or after [`LONGEST_WAIT`].
+const QUIET: Duration = Duration::from_millis(1);
+const LONGEST_WAIT: Duration = Duration::from_millis(20);
+/// Most refreshes in one pipeline: under a MiB to write, and a few
+/// milliseconds of the server's time.
+pub(crate) const MOST_IN_ONE: usize = 1000;
+
+/// Refresh exchanges with a server so far: pipelines and lone refreshes.
+static EXCHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// How many refresh exchanges (a pipeline of refreshes, or a refresh sent
+/// on its own) this process has had with Redis servers: what batching
+/// saves, for benchmarks and tests.
+pub fn refresh_exchanges() -> u64 {
+    EXCHANGES.load(Ordering::Relaxed)
+}
+
+pub(crate) fn count_exchange() {
+    EXCHANGES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// One refresh waiting for its pipeline, and where its answer goes: the
+/// script's reply, or None to send it on its own.
+struct Request {
+    slots: Arc<Slots>,
+    token: String,
+    refresher: String,
+    answer: oneshot::Sender<Option<Vec<i64>>>,
+}
+
+/// The refreshes gathering for one node's next pipeline.
+struct Gathering {
+    server: Arc<Server>,
+    requests: Vec<Request>,
+}
+
+/// This process's gatherings. Never held while taking another lock, and
+/// held across `fork` (see `runtime::held_across_fork`).
+struct Table {
+    pid: u32,
+    gatherings: Vec<Gathering>,
+}
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+fn table() -> MutexGuard<'static, Option<Table>> {
+    TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The table, locked for `fork` (see `runtime::held_across_fork`).
+pub(crate) fn lock_for_fork() -> impl std::any::Any {
+    table()
+}
+
+/// `token`'s refresh by `refresher`, sent in the next pipeline to the
+/// node its route leads to now: the script's reply, or None when the
+/// pipeline did not settle it and it should be sent on its own. Runs on
+/// lockyard's runtime.
+pub(crate) async fn refresh(slots: &Arc<Slots>, token: &str, refresher: &str) -> Option<Vec<i64>> {
+    let server = slots.route.server();
+    let (answer, answered) = oneshot::channel();
+    let request = Request {
+        slots: slots.clone(),
+        token: token.to_owned(),
+        refresher: refresher.to_owned(),
+        answer,
+    };
+    let first = {
+        let mut guard = table();
+        let pid = std::process::id();
+        // A forked child's refreshes are its own: the parent's gatherings
+        // (and the tasks that send them) stay with the parent. Leaked, not
+        // dropped: their senders' drops belong to the parent.
+        if guard.as_ref().is_some_and(|table| table.pid != pid) {
+            std::mem::forget(guard.take());
+        }
+        let table = guard.get_or_insert_with(|| Table {
+            pid,
+            gatherings: Vec::new(),
+        });
+        match table
+            .gatherings
+            .iter_mut()
+            .find(|gathering| Arc::ptr_eq(&gathering.server, &server))
+        {
+            Some(gathering) => {
+                gathering.requests.push(request);
+                false
+            }
+            None => {
+                table.gatherings.push(Gathering {
+                    server: server.clone(),
+                    requests: vec![request],
+                });
+                true
+            }
+        }
+    };
+    if first {
+        drop(tokio::spawn(gather_and_send(server)));
+    }
+    answered.await.ok().flatten()
+}
+
+/// Waits until refreshes stop arriving for `server`, then sends them all.
+async fn gather_and_send(server: Arc<Server>) {
+    let started = Instant::now();
+    let mut gathered = 0;
+    loop {
+        tokio::time::sleep(QUIET).await;
+        let now_gathered = waiting_for(&server);
+        if now_gathered == gathered
+            || now_gathered >= MOST_IN_ONE
+            || started.elapsed() >= LONGEST_WAIT
+        {
+            break;
+        }
+        gathered = now_gathered;
+    }
+    // One after another: only one pipeline's commands are in memory at a
+    // time, and the server serves other clients in between.
+    let mut requests = take_gathering(&server);
+    while !requests.is_empty() {
+        let rest = requests.split_off(requests.len().min(MOST_IN_ONE));
+        send(&server, requests).await;
+        requests = rest;
+    }
+}
+
+fn waiting_for(server: &Arc<Server>) -> usize {
+    table()
+        .as_ref()
+        .and_then(|table| {
+            table
+                .gatherings
+                .iter()
+                .find(|gathering| Arc::ptr_eq(&gathering.server, server))
+        })
+        .map_or(0, |gathering| gathering.requests.len())
+}
+
+fn take_gathering(server: &Arc<Server>) -> Vec<Request> {
+    let mut guard = table();
+    let Some(table) = guard.as_mut() else {
+        return Vec::new();
+    };
+    match table
+        .gatherings
+        .iter()
+        .position(|gathering| Arc::ptr_eq(&gathering.server, server))
+    {
+        Some(at) => table.gatherings.swap_remove(at).requests,
+        None => Vec::new(),
+    }
+}
+
+/// Sends `requests` to `server` in one pipeline and hands each its reply.
+async fn send(server: &Server, requests: Vec<Request>) {
+    let Some(limit) = requests
+        .iter()
+        .map(|request| request.slots.lease.background_timeout())
+        .min()
+    else {
+        return;
+    };
+    let deadline = Instant::now() + limit;
+    let replies = server
+        .call(
+            Channel::Background,
+            "refresh",
+            deadline,
+            |conn, fence_base| pipeline(conn, fence_base, &requests),
+        )
+        .await;
+    let replies = match replies {
+        Ok(replies) => replies.into_iter().map(Some).collect(),
+        Err(_) => {
+            log::debug!(
+                "a pipeline of {} refreshes to {} failed: each is sent alone",
+                requests.len(),
+                server.name
+            );
+            Vec::new()
+        }
+    };
+    let mut replies = replies.into_iter();
+    for request in requests {
+        let renewed = replies
+            .next()
+            .flatten()
+            .and_then(|reply| redis::from_redis_value::<Vec<i64>>(reply).ok());
+        // Its holder may have let go meanwhile: nobody reads the answer.
+        let _ = request.answer.send(renewed);
+    }
+}
+
+/// The refreshes of `requests` in one pipeline on `conn`: their replies,
+/// a server error each where the script failed (a redirect, WRONGTYPE). A
+/// server that lost its scripts (restarted, SCRIPT FLUSH) gets the script
+/// and the refreshes it refused once more.
+async fn pipeline(
+    mut conn: MultiplexedConnection,
+    fence_base: u64,
+    requests: &[Request],
+) -> redis::RedisResult<Vec<Value>> {
+    let mut pipe = redis::pipe();
+    for request in requests {
+        pipe.add_command(request.slots.refresh_command(
+            fence_base,
+            &request.token,
+            &request.refresher,
+        ));
+    }
+    count_exchange();
+    let mut replies = conn.req_packed_commands(&pipe, 0, requests.len()).await?;
+    let unknown: Vec<usize> = replies
+        .iter()
+        .enumerate()
+        .filter(|(_, reply)| {
+            matches!(reply, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+        })
+        .map(|(at, _)| at)
+        .collect();
+    if unknown.is_empty() {
+        return Ok(replies);
+    }
+    SCRIPTS.refresh.load_async(&mut conn).await?;
+    let mut again = redis::pipe();
+    for &at in &unknown {
+        let request = &requests[at];
+        again.add_command(request.slots.refresh_command(
+            fence_base,
+            &request.token,
+            &request.refresher,
+        ));
+    }
+    count_exchange();
+    let answers = conn.req_packed_commands(&again, 0, unknown.len()).await?;
+    for (at, answer) in unknown.into_iter().zip(answers) {
+        replies[at] = answer;
+    }
+    Ok(replies)
+}
