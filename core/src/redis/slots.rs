@@ -383,16 +383,16 @@ impl Slots {
             // waiting refresh's state.
             None => {
                 Box::pin(self.route.in_background(
-                        "refresh",
-                        self.lease.background_timeout(),
-                        |mut conn| async move {
-                            refresh_batch::count_exchange();
-                            self.refresh_script(conn.fence_base(), token, refresher)
-                                .invoke_async(&mut conn)
-                                .await
-                        },
-                    ))
-                    .await?
+                    "refresh",
+                    self.lease.background_timeout(),
+                    |mut conn| async move {
+                        refresh_batch::count_exchange();
+                        self.refresh_script(conn.fence_base(), token, refresher)
+                            .invoke_async(&mut conn)
+                            .await
+                    },
+                ))
+                .await?
             }
         };
         Ok(match renewed.first() {
