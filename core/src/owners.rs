@@ -37,7 +37,18 @@ pub(crate) trait Holders: Send + Sync {
 }
 
 /// Every per-holder lock object alive in this process.
-static TABLES: Mutex<Vec<Weak<dyn Holders>>> = Mutex::new(Vec::new());
+static TABLES: Mutex<Tables> = Mutex::new(Tables {
+    all: Vec::new(),
+    live_at_last_sweep: 0,
+});
+
+/// The tables, and how many lived when dead ones were last swept out:
+/// sweeping at every registration would make building n lock objects cost
+/// n² steps, so it waits until the list has doubled since.
+struct Tables {
+    all: Vec<Weak<dyn Holders>>,
+    live_at_last_sweep: usize,
+}
 
 /// The owner of each holder noted since it last held nothing.
 static OWNER_OF: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
@@ -65,13 +76,16 @@ pub fn watcher_failed() {
 /// Lets owners' ends reach `table`'s holds while it lives.
 pub(crate) fn register(table: Weak<dyn Holders>) {
     let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
-    tables.retain(|table| table.strong_count() > 0);
-    tables.push(table);
+    if tables.all.len() >= 2 * tables.live_at_last_sweep.max(8) {
+        tables.all.retain(|table| table.strong_count() > 0);
+        tables.live_at_last_sweep = tables.all.len();
+    }
+    tables.all.push(table);
 }
 
 fn live_tables() -> Vec<Arc<dyn Holders>> {
     let tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
-    tables.iter().filter_map(Weak::upgrade).collect()
+    tables.all.iter().filter_map(Weak::upgrade).collect()
 }
 
 fn owner_of() -> MutexGuard<'static, Option<HashMap<u64, u64>>> {
