@@ -51,8 +51,6 @@
 #[cfg(any(feature = "redis", feature = "etcd"))]
 mod behavior;
 mod clock;
-#[cfg(feature = "redis")]
-mod deferred;
 #[cfg(any(feature = "redis", feature = "etcd"))]
 mod ending;
 pub mod error;

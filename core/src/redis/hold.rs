@@ -1,22 +1,19 @@
-//! A granted slot and what keeps it alive: a refresher task of its own,
-//! or the session it lives under, whose renewal refreshes it and whose
-//! health is its health.
+//! A granted slot and what keeps it alive: this process's refresh
+//! schedule, or the session it lives under, whose renewal refreshes it and
+//! whose health is its health.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
-
-use tokio::task::JoinHandle;
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::keepalive::{Member, Membership};
-use super::slots::{Renewal, Slots, WAITER_LEASE};
+use super::schedule::{first_refresh_retry, Kept, Scheduled};
+use super::slots::{Renewal, Slots};
 use crate::clock::Stamp;
-use crate::deferred::{self, Deferred};
 use crate::error::{Error, Result};
 use crate::health::Health;
-use crate::lease::{KeepAlive, Lease, Verdict};
-use crate::runtime;
+use crate::lease::{KeepAlive, Verdict};
 
 /// The refresher id of the process that took a slot (see `refresh.lua`);
 /// a process that adopts a slot refreshes it under an id of its own.
@@ -44,30 +41,15 @@ impl Hold {
     ) -> Result<Hold> {
         let Some(binding) = &slots.binding else {
             let health = Arc::new(Health::new(valid_until));
-            let refresh = refresh_loop(
-                slots.clone(),
-                token.to_owned(),
-                refresher.to_owned(),
-                health.clone(),
-                refresh_now,
-            );
-            let keeper = if refresh_now {
-                Keeper::Refresher(runtime::spawn(refresh))
-            } else {
-                // Most holds end before their first refresh is due: those
-                // never start a task (see `deferred`).
-                Keeper::Deferred {
-                    _refresher: deferred::spawn_at(
-                        on_the_grid(Instant::now() + slots.lease.refresh_every, &slots.lease),
-                        refresh,
-                    ),
-                }
-            };
+            let scheduled =
+                Kept::start(slots.clone(), token, refresher, health.clone(), refresh_now);
             return Ok(Hold {
                 token: token.to_owned(),
                 fence,
                 health,
-                _keeper: keeper,
+                _keeper: Keeper::Schedule {
+                    _scheduled: scheduled,
+                },
             });
         };
         if refresh_now {
@@ -129,26 +111,12 @@ fn take_up(s: &Slots, token: &str, refresher: &str, valid_until: Stamp) -> Resul
     Ok(())
 }
 
-/// What keeps a grant alive: its own refresher, or the session it lives
-/// under (whose renewal refreshes it and whose health is its health).
+/// What keeps a grant alive: this process's refresh schedule, or the
+/// session it lives under (whose renewal refreshes it and whose health is
+/// its health).
 enum Keeper {
-    Refresher(JoinHandle<()>),
-    /// A refresher that starts when the first refresh is due; dropped, it
-    /// never starts or is aborted.
-    Deferred {
-        _refresher: Deferred,
-    },
-    Session {
-        _membership: Membership,
-    },
-}
-
-impl Drop for Keeper {
-    fn drop(&mut self) {
-        if let Keeper::Refresher(refresher) = self {
-            refresher.abort();
-        }
-    }
+    Schedule { _scheduled: Scheduled },
+    Session { _membership: Membership },
 }
 
 /// A grant kept alive by a session's renewal loop.
@@ -167,88 +135,6 @@ impl Member for SessionGrant {
     fn release(&self) -> Result<bool> {
         self.slots.release_as(&self.token, true)
     }
-}
-
-/// Keeps one slot alive until aborted, refreshing it first when it starts
-/// (it is started when that refresh is due). A refresh that finds the slot
-/// gone marks it lost at once; transient failures only after
-/// `max_refresh_fails` in a row.
-async fn refresh_loop(
-    slots: Arc<Slots>,
-    token: String,
-    refresher: String,
-    health: Arc<Health>,
-    handed_over: bool,
-) {
-    let lease = &slots.lease;
-    let mut keep = KeepAlive::new(lease);
-    // A handed-over grant lasts only the handoff window until its first
-    // refresh: retries of that one come quickly enough to fit them all in.
-    let mut taken_up = !handed_over;
-    loop {
-        let sent = Stamp::now();
-        // Boxed: the refresh's state is large, and a held lock's refresher
-        // spends nearly all its life between refreshes.
-        let outcome = Box::pin(slots.refresh(&token, &refresher)).await;
-        match outcome {
-            Ok(Renewal::Extended) => {
-                taken_up = true;
-                keep.succeeded();
-                health.extend(sent + lease.ttl);
-            }
-            Ok(Renewal::Adopted) => {
-                // Not lost: kept alive elsewhere now, and no longer ours.
-                log::debug!("a slot of {} was adopted by another process", slots.what);
-                health.mark_lost("the slot was adopted by another process");
-                return;
-            }
-            Ok(Renewal::Lost) => {
-                let reason =
-                    "the lease ran out or the slot was taken over before it could be refreshed";
-                log::warn!("{} lost: {reason}", slots.what);
-                health.mark_lost(reason);
-                return;
-            }
-            Err(e) => {
-                let verdict = keep.failed(&e);
-                log::warn!("refreshing {} failed ({}): {e}", slots.what, keep.tally());
-                if let Verdict::Exhausted(reason) = verdict {
-                    health.mark_lost(reason);
-                    return;
-                }
-            }
-        }
-        let next = if taken_up {
-            on_the_grid(Instant::now() + keep.next_try(None), lease)
-        } else {
-            Instant::now() + first_refresh_retry(lease)
-        };
-        tokio::time::sleep_until(next.into()).await;
-    }
-}
-
-/// When a refresh due at `due` is sent: at the last point at or before it
-/// of a grid a quarter of the refresh period apart, shared by the whole
-/// process. Locks taken moments apart then fall due at the same instant,
-/// and their refreshes go out in one pipeline (see `refresh_batch`); once
-/// on the grid, a hold stays on it. A refresh comes at most a quarter
-/// period early, never late.
-fn on_the_grid(due: Instant, lease: &Lease) -> Instant {
-    static ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
-    let step = (lease.refresh_every / 4).as_nanos();
-    let origin = *ORIGIN;
-    if step == 0 || due <= origin {
-        return due;
-    }
-    let since = (due - origin).as_nanos();
-    let on_grid = u64::try_from(since - since % step).unwrap_or(u64::MAX);
-    origin + Duration::from_nanos(on_grid)
-}
-
-/// The pause between tries of a handed-over grant's first refresh: every
-/// one of `max_refresh_fails` tries fits in the handoff window.
-fn first_refresh_retry(lease: &Lease) -> Duration {
-    WAITER_LEASE / (lease.max_refresh_fails + 1)
 }
 
 impl crate::holds::Held for Hold {

@@ -12,6 +12,7 @@ mod keys;
 mod lock;
 mod refresh_batch;
 mod route;
+mod schedule;
 mod scripts;
 mod semaphore;
 mod sentinel;
@@ -32,6 +33,7 @@ pub(crate) use refresh_batch::lock_for_fork as lock_refreshes_for_fork;
 pub use refresh_batch::refresh_exchanges;
 #[cfg(feature = "quorum")]
 pub(crate) use route::Route;
+pub(crate) use schedule::lock_for_fork as lock_schedule_for_fork;
 #[cfg(feature = "quorum")]
 pub(crate) use server::{server, Server, COMMAND_TIMEOUT};
 pub use session::{Behavior, Session, SessionBuilder};

@@ -143,12 +143,14 @@ async fn gather_and_send(server: Arc<Server>) {
         }
         gathered = now_gathered;
     }
-    // One after another: only one pipeline's commands are in memory at a
-    // time, and the server serves other clients in between.
     let mut requests = take_gathering(&server);
     while !requests.is_empty() {
         let rest = requests.split_off(requests.len().min(MOST_IN_ONE));
-        send(&server, requests).await;
+        let replies = pipelined(&server, &requests).await;
+        for (request, renewed) in requests.into_iter().zip(replies) {
+            // Its holder may have let go meanwhile: nobody reads the answer.
+            let _ = request.answer.send(renewed);
+        }
         requests = rest;
     }
 }
@@ -180,14 +182,38 @@ fn take_gathering(server: &Arc<Server>) -> Vec<Request> {
     }
 }
 
-/// Sends `requests` to `server` in one pipeline and hands each its reply.
-async fn send(server: &Server, requests: Vec<Request>) {
-    let Some(limit) = requests
+/// One refresh to send: whose slot, which token, by which refresher.
+pub(crate) trait Refresh {
+    fn slots(&self) -> &Slots;
+    fn token(&self) -> &str;
+    fn refresher(&self) -> &str;
+}
+
+impl Refresh for Request {
+    fn slots(&self) -> &Slots {
+        &self.slots
+    }
+    fn token(&self) -> &str {
+        &self.token
+    }
+    fn refresher(&self) -> &str {
+        &self.refresher
+    }
+}
+
+/// Sends `refreshes` (at most [`MOST_IN_ONE`]) to `server` in one
+/// pipeline: each one's script reply, in order, or None where the pipeline
+/// did not settle it (it should then be sent alone).
+pub(crate) async fn pipelined<R: Refresh>(
+    server: &Server,
+    refreshes: &[R],
+) -> Vec<Option<Vec<i64>>> {
+    let Some(limit) = refreshes
         .iter()
-        .map(|request| request.slots.lease.background_timeout())
+        .map(|refresh| refresh.slots().lease.background_timeout())
         .min()
     else {
-        return;
+        return Vec::new();
     };
     let deadline = Instant::now() + limit;
     let replies = server
@@ -195,50 +221,50 @@ async fn send(server: &Server, requests: Vec<Request>) {
             Channel::Background,
             "refresh",
             deadline,
-            |conn, fence_base| pipeline(conn, fence_base, &requests),
+            |conn, fence_base| pipeline(conn, fence_base, refreshes),
         )
         .await;
-    let replies = match replies {
-        Ok(replies) => replies.into_iter().map(Some).collect(),
+    let mut replies = match replies {
+        Ok(replies) => replies.into_iter(),
         Err(_) => {
             log::debug!(
                 "a pipeline of {} refreshes to {} failed: each is sent alone",
-                requests.len(),
+                refreshes.len(),
                 server.name
             );
-            Vec::new()
+            Vec::new().into_iter()
         }
     };
-    let mut replies = replies.into_iter();
-    for request in requests {
-        let renewed = replies
-            .next()
-            .flatten()
-            .and_then(|reply| redis::from_redis_value::<Vec<i64>>(reply).ok());
-        // Its holder may have let go meanwhile: nobody reads the answer.
-        let _ = request.answer.send(renewed);
-    }
+    refreshes
+        .iter()
+        .map(|_| {
+            replies
+                .next()
+                .and_then(|reply| redis::from_redis_value::<Vec<i64>>(reply).ok())
+        })
+        .collect()
 }
 
-/// The refreshes of `requests` in one pipeline on `conn`: their replies,
-/// a server error each where the script failed (a redirect, WRONGTYPE). A
-/// server that lost its scripts (restarted, SCRIPT FLUSH) gets the script
-/// and the refreshes it refused once more.
-async fn pipeline(
+/// The refreshes of `refreshes` in one pipeline on `conn`: their
+/// replies, a server error each where the script failed (a redirect,
+/// WRONGTYPE). A server that lost its scripts (restarted, SCRIPT FLUSH)
+/// gets the script and the refreshes it refused once more.
+async fn pipeline<R: Refresh>(
     mut conn: MultiplexedConnection,
     fence_base: u64,
-    requests: &[Request],
+    refreshes: &[R],
 ) -> redis::RedisResult<Vec<Value>> {
+    let command = |refresh: &R| {
+        refresh
+            .slots()
+            .refresh_command(fence_base, refresh.token(), refresh.refresher())
+    };
     let mut pipe = redis::pipe();
-    for request in requests {
-        pipe.add_command(request.slots.refresh_command(
-            fence_base,
-            &request.token,
-            &request.refresher,
-        ));
+    for refresh in refreshes {
+        pipe.add_command(command(refresh));
     }
     count_exchange();
-    let mut replies = conn.req_packed_commands(&pipe, 0, requests.len()).await?;
+    let mut replies = conn.req_packed_commands(&pipe, 0, refreshes.len()).await?;
     let unknown: Vec<usize> = replies
         .iter()
         .enumerate()
@@ -253,12 +279,7 @@ async fn pipeline(
     SCRIPTS.refresh.load_async(&mut conn).await?;
     let mut again = redis::pipe();
     for &at in &unknown {
-        let request = &requests[at];
-        again.add_command(request.slots.refresh_command(
-            fence_base,
-            &request.token,
-            &request.refresher,
-        ));
+        again.add_command(command(&refreshes[at]));
     }
     count_exchange();
     let answers = conn.req_packed_commands(&again, 0, unknown.len()).await?;

@@ -132,6 +132,17 @@ pub(crate) enum Renewal {
     Adopted,
 }
 
+impl Renewal {
+    /// What the refresh script's reply says.
+    pub(crate) fn of(renewed: &[i64]) -> Renewal {
+        match renewed.first() {
+            Some(1) => Renewal::Extended,
+            Some(2) => Renewal::Adopted,
+            _ => Renewal::Lost,
+        }
+    }
+}
+
 impl Slots {
     /// Takes `token` out of the queue, and gives back a slot handed to it
     /// meanwhile (or granted by a request whose reply was lost). Asked for
@@ -373,33 +384,33 @@ impl Slots {
 
     /// One refresh of `token`'s lease by the shared TTL, by `refresher`,
     /// in the pipeline of refreshes due together on its node (see
-    /// `refresh_batch`), or alone when that did not settle it: alone, it
-    /// follows the slot wherever the Cluster moved it, and a failed
-    /// connection is dropped so the next try reconnects.
+    /// `refresh_batch`), or alone when that did not settle it.
     pub(crate) async fn refresh(self: &Arc<Self>, token: &str, refresher: &str) -> Result<Renewal> {
         let renewed = match refresh_batch::refresh(self, token, refresher).await {
             Some(renewed) => renewed,
             // Boxed: it is the rare case, and would otherwise swell every
             // waiting refresh's state.
-            None => {
-                Box::pin(self.route.in_background(
-                    "refresh",
-                    self.lease.background_timeout(),
-                    |mut conn| async move {
-                        refresh_batch::count_exchange();
-                        self.refresh_script(conn.fence_base(), token, refresher)
-                            .invoke_async(&mut conn)
-                            .await
-                    },
-                ))
-                .await?
-            }
+            None => Box::pin(self.refresh_alone(token, refresher)).await?,
         };
-        Ok(match renewed.first() {
-            Some(1) => Renewal::Extended,
-            Some(2) => Renewal::Adopted,
-            _ => Renewal::Lost,
-        })
+        Ok(Renewal::of(&renewed))
+    }
+
+    /// One refresh sent on its own: it follows the slot wherever the
+    /// Cluster moved it, and a failed connection is dropped so the next
+    /// try reconnects. The script's reply (see `refresh.lua`).
+    pub(crate) async fn refresh_alone(&self, token: &str, refresher: &str) -> Result<Vec<i64>> {
+        self.route
+            .in_background(
+                "refresh",
+                self.lease.background_timeout(),
+                |mut conn| async move {
+                    refresh_batch::count_exchange();
+                    self.refresh_script(conn.fence_base(), token, refresher)
+                        .invoke_async(&mut conn)
+                        .await
+                },
+            )
+            .await
     }
 
     /// The script call that extends `token`'s lease by the shared TTL on

@@ -1,0 +1,319 @@
+//! The refresh schedule: every granted slot this process keeps alive on
+//! its own (outside a session) waits here, as a small record and not as a
+//! task of its own, until its next refresh falls due. One dispatcher task
+//! per process sleeps until the earliest is due, takes every record due
+//! by then and sends their refreshes in pipelines, one node at a time
+//! (see `refresh_batch`). Due times fall on a grid shared by the whole
+//! process, so locks taken moments apart are refreshed together: a
+//! process holding ten thousand locks sends a handful of pipelines per
+//! refresh period, and keeps a couple of hundred bytes per lock.
+//!
+//! A record handed to a refresh is out of the schedule until the answer
+//! comes; dropping its [`Scheduled`] handle meanwhile means the answer is
+//! dropped with it, and the record never comes back.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::refresh_batch::{self, Refresh, MOST_IN_ONE};
+use super::server::Server;
+use super::slots::{Renewal, Slots, WAITER_LEASE};
+use crate::clock::Stamp;
+use crate::error::Result;
+use crate::health::Health;
+use crate::lease::{KeepAlive, Lease, Verdict};
+use crate::runtime;
+
+/// One granted slot kept alive by the schedule.
+pub(crate) struct Kept {
+    pub(crate) slots: Arc<Slots>,
+    pub(crate) token: String,
+    pub(crate) refresher: String,
+    pub(crate) health: Arc<Health>,
+    keep: KeepAlive,
+    /// False for a handed-over grant until its first refresh lands: it
+    /// lasts only the handoff window, so its tries come quickly, off the
+    /// grid.
+    taken_up: bool,
+}
+
+impl Refresh for Record {
+    fn slots(&self) -> &Slots {
+        &self.1.slots
+    }
+    fn token(&self) -> &str {
+        &self.1.token
+    }
+    fn refresher(&self) -> &str {
+        &self.1.refresher
+    }
+}
+
+/// This process's records: `waiting` by id (None while its refresh is
+/// under way), `due` in the order they fall due.
+struct Schedule {
+    pid: u32,
+    next_id: u64,
+    waiting: HashMap<u64, Option<(Instant, Kept)>>,
+    due: BTreeSet<(Instant, u64)>,
+    /// When the dispatcher looks next; None while it waits for a notify.
+    looks_at: Option<Instant>,
+    notify: Arc<Notify>,
+}
+
+static SCHEDULE: Mutex<Option<Schedule>> = Mutex::new(None);
+
+fn schedule() -> MutexGuard<'static, Option<Schedule>> {
+    SCHEDULE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The schedule, locked for `fork` (see `runtime::held_across_fork`).
+pub(crate) fn lock_for_fork() -> impl std::any::Any {
+    schedule()
+}
+
+/// A slot's place in the schedule; dropping it stops keeping the slot
+/// alive (the slot itself is given back by its release, or runs out).
+pub(crate) struct Scheduled {
+    pid: u32,
+    id: u64,
+}
+
+impl Kept {
+    /// Keeps `token`'s slot alive from now on as `refresher`, first
+    /// refreshing it at once when `handed_over` (a grant handed to a
+    /// waiter lasts only the handoff window), else when a refresh period
+    /// has passed.
+    pub(crate) fn start(
+        slots: Arc<Slots>,
+        token: &str,
+        refresher: &str,
+        health: Arc<Health>,
+        handed_over: bool,
+    ) -> Scheduled {
+        let first = match handed_over {
+            true => Instant::now(),
+            false => on_the_grid(slots.lease.refresh_every, &slots.lease),
+        };
+        let kept = Kept {
+            keep: KeepAlive::new(&slots.lease),
+            slots,
+            token: token.to_owned(),
+            refresher: refresher.to_owned(),
+            health,
+            taken_up: !handed_over,
+        };
+        let pid = std::process::id();
+        let mut guard = schedule();
+        // A forked child keeps its own slots alive: its parent's records
+        // (and dispatcher) belong to the parent. Leaked, not dropped: their
+        // drops belong to the parent too.
+        if guard.as_ref().is_some_and(|schedule| schedule.pid != pid) {
+            std::mem::forget(guard.take());
+        }
+        let schedule = guard.get_or_insert_with(|| {
+            let notify = Arc::new(Notify::new());
+            drop(runtime::spawn(dispatch(notify.clone())));
+            Schedule {
+                pid,
+                next_id: 0,
+                waiting: HashMap::new(),
+                due: BTreeSet::new(),
+                looks_at: None,
+                notify,
+            }
+        });
+        let id = schedule.next_id;
+        schedule.next_id += 1;
+        schedule.waiting.insert(id, None);
+        schedule.put_back(id, first, kept);
+        Scheduled { pid, id }
+    }
+}
+
+impl Schedule {
+    /// `kept` falls due at `at`, unless its handle was dropped meanwhile.
+    fn put_back(&mut self, id: u64, at: Instant, kept: Kept) {
+        let Some(place) = self.waiting.get_mut(&id) else {
+            return;
+        };
+        *place = Some((at, kept));
+        self.due.insert((at, id));
+        if self.looks_at.is_none_or(|looks_at| at < looks_at) {
+            self.looks_at = Some(at);
+            self.notify.notify_one();
+        }
+    }
+
+    /// Takes out every record due by `now`.
+    fn take_due(&mut self, now: Instant) -> Vec<Record> {
+        let mut taken = Vec::new();
+        while let Some(&(at, id)) = self.due.first() {
+            if at > now {
+                break;
+            }
+            self.due.pop_first();
+            if let Some((_, kept)) = self.waiting.get_mut(&id).and_then(Option::take) {
+                taken.push((id, kept));
+            }
+        }
+        taken
+    }
+}
+
+impl Drop for Scheduled {
+    fn drop(&mut self) {
+        // A parent's handle dropped in a forked child: the record lives
+        // in the parent.
+        if self.pid != std::process::id() {
+            return;
+        }
+        let mut guard = schedule();
+        let Some(schedule) = guard.as_mut().filter(|s| s.pid == self.pid) else {
+            return;
+        };
+        if let Some(Some((at, _))) = schedule.waiting.remove(&self.id) {
+            schedule.due.remove(&(at, self.id));
+        }
+    }
+}
+
+/// Refreshes records as they fall due, for as long as the process lives.
+async fn dispatch(notify: Arc<Notify>) {
+    loop {
+        let (due, next) = {
+            let mut guard = schedule();
+            let Some(schedule) = guard.as_mut() else {
+                return;
+            };
+            let due = schedule.take_due(Instant::now());
+            schedule.looks_at = schedule.due.first().map(|&(at, _)| at);
+            (due, schedule.looks_at)
+        };
+        for (server, records) in by_node(due) {
+            drop(tokio::spawn(refresh_on(server, records)));
+        }
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at.into()) => {}
+                    () = notify.notified() => {}
+                }
+            }
+            None => notify.notified().await,
+        }
+    }
+}
+
+/// A record taken out of the schedule for its refresh, with its id.
+type Record = (u64, Kept);
+
+/// `records` grouped by the node their route leads to now.
+fn by_node(records: Vec<Record>) -> Vec<(Arc<Server>, Vec<Record>)> {
+    let mut nodes: Vec<(Arc<Server>, Vec<Record>)> = Vec::new();
+    for record in records {
+        let server = record.1.slots.route.server();
+        match nodes
+            .iter_mut()
+            .find(|(node, _)| Arc::ptr_eq(node, &server))
+        {
+            Some((_, on_node)) => on_node.push(record),
+            None => nodes.push((server, vec![record])),
+        }
+    }
+    nodes
+}
+
+/// Refreshes `records` on `server` in pipelines, one after another; a
+/// refresh the pipeline did not settle goes alone along its route.
+async fn refresh_on(server: Arc<Server>, mut records: Vec<Record>) {
+    while !records.is_empty() {
+        let rest = records.split_off(records.len().min(MOST_IN_ONE));
+        let sent = Stamp::now();
+        let replies = refresh_batch::pipelined(&server, &records).await;
+        for ((id, kept), reply) in records.into_iter().zip(replies) {
+            match reply {
+                Some(renewed) => settle(id, kept, sent, Ok(renewed)),
+                None => drop(tokio::spawn(refresh_alone(id, kept))),
+            }
+        }
+        records = rest;
+    }
+}
+
+async fn refresh_alone(id: u64, kept: Kept) {
+    let sent = Stamp::now();
+    let renewed = kept.slots.refresh_alone(&kept.token, &kept.refresher).await;
+    settle(id, kept, sent, renewed);
+}
+
+/// What a refresh sent at `sent` came to for `kept`: its health, and when
+/// it is refreshed next, if ever. A refresh that finds the slot gone marks
+/// it lost at once; failures only after `max_refresh_fails` in a row.
+fn settle(id: u64, mut kept: Kept, sent: Stamp, renewed: Result<Vec<i64>>) {
+    let what = &kept.slots.what;
+    match renewed.map(|renewed| Renewal::of(&renewed)) {
+        Ok(Renewal::Extended) => {
+            kept.taken_up = true;
+            kept.keep.succeeded();
+            kept.health.extend(sent + kept.slots.lease.ttl);
+        }
+        Ok(Renewal::Adopted) => {
+            // Not lost: kept alive elsewhere now, and no longer ours.
+            log::debug!("a slot of {what} was adopted by another process");
+            kept.health
+                .mark_lost("the slot was adopted by another process");
+            return;
+        }
+        Ok(Renewal::Lost) => {
+            let reason =
+                "the lease ran out or the slot was taken over before it could be refreshed";
+            log::warn!("{what} lost: {reason}");
+            kept.health.mark_lost(reason);
+            return;
+        }
+        Err(e) => {
+            let verdict = kept.keep.failed(&e);
+            log::warn!("refreshing {what} failed ({}): {e}", kept.keep.tally());
+            if let Verdict::Exhausted(reason) = verdict {
+                kept.health.mark_lost(reason);
+                return;
+            }
+        }
+    }
+    let next = match kept.taken_up {
+        true => on_the_grid(kept.keep.next_try(None), &kept.slots.lease),
+        false => Instant::now() + first_refresh_retry(&kept.slots.lease),
+    };
+    if let Some(schedule) = schedule().as_mut().filter(|s| s.pid == std::process::id()) {
+        schedule.put_back(id, next, kept);
+    }
+}
+
+/// When a refresh due `after` from now is sent: at the last point at or
+/// before it of a grid a quarter of the refresh period apart, shared by
+/// the whole process. Locks taken moments apart then fall due at the same
+/// instant, and go out in one pipeline; once on the grid, a hold stays on
+/// it. A refresh comes at most a quarter period early, never late.
+fn on_the_grid(after: Duration, lease: &Lease) -> Instant {
+    static ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
+    // The origin first: the very first due time is then past it too.
+    let origin = *ORIGIN;
+    let due = Instant::now() + after;
+    let step = (lease.refresh_every / 4).as_nanos();
+    if step == 0 {
+        return due;
+    }
+    let since = (due - origin).as_nanos();
+    let on_grid = u64::try_from(since - since % step).unwrap_or(u64::MAX);
+    origin + Duration::from_nanos(on_grid)
+}
+
+/// The pause between tries of a handed-over grant's first refresh: every
+/// one of `max_refresh_fails` tries fits in the handoff window.
+pub(crate) fn first_refresh_retry(lease: &Lease) -> Duration {
+    WAITER_LEASE / (lease.max_refresh_fails + 1)
+}
