@@ -78,9 +78,11 @@ fn held_key(name: &str) -> String {
 /// later the lock's holders key on the new master must have been
 /// refreshed (more than 27 s left of its 30 s). Observed on b6c7f08:
 /// about 24 s left (not refreshed since the kill: every refresh fails,
-/// the seed unreachable and no peer known): the lock runs on towards
-/// max_refresh_fails failures although the Cluster serves its keys. Fails
-/// every run (3 of 3). With `Slots::refresh` sending every refresh alone
+/// the seed unreachable and no peer known); left to run on, the guard
+/// turns unhealthy some 10 s after the kill with "8 refreshes in a row
+/// failed, the last with: connect on 127.0.0.1:<seed> failed: Connection
+/// refused", although the Cluster serves its keys all along. Failed
+/// every run (5 of 5). With `Slots::refresh` sending every refresh alone
 /// (batching bypassed, the rest of b6c7f08 kept) it passes: the first
 /// lone refresh teaches the seed its peers. The blocking-acquire twin
 /// (redis_cluster::a_held_lock_survives_the_seed_master_failing_over)
