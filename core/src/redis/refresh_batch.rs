@@ -19,6 +19,7 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{ServerErrorKind, Value};
 use tokio::sync::oneshot;
 
+use super::route::Route;
 use super::scripts::SCRIPTS;
 use super::server::{Channel, Server};
 use super::slots::Slots;
@@ -225,7 +226,21 @@ pub(crate) async fn pipelined<R: Refresh>(
         )
         .await;
     let mut replies = match replies {
-        Ok(replies) => replies.into_iter(),
+        Ok(replies) => {
+            // A seed that answers tells its Cluster's other nodes, which
+            // its routes need once the seed itself fails over.
+            let mut seeds: Vec<&Route> = Vec::new();
+            for refresh in refreshes {
+                let route = &refresh.slots().route;
+                if !seeds.iter().any(|seen| seen.same_seed(route)) {
+                    seeds.push(route);
+                }
+            }
+            for route in seeds {
+                route.learn_peers_in_background(deadline).await;
+            }
+            replies.into_iter()
+        }
         Err(_) => {
             log::debug!(
                 "a pipeline of {} refreshes to {} failed: each is sent alone",

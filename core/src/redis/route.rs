@@ -63,6 +63,18 @@ impl Route {
         }
     }
 
+    /// Learns the seed's Cluster peers if it has not yet, as every
+    /// background call along this route does (see [`Route::call`]): for a
+    /// call made outside the route, such as a pipeline of refreshes.
+    pub(crate) async fn learn_peers_in_background(&self, deadline: Instant) {
+        self.seed.learn_peers_in_background(deadline).await;
+    }
+
+    /// Whether `self` and `other` start from the same seed.
+    pub(crate) fn same_seed(&self, other: &Route) -> bool {
+        Arc::ptr_eq(&self.seed, &other.seed)
+    }
+
     pub(crate) fn server(&self) -> Arc<Server> {
         self.current
             .lock()
