@@ -47,12 +47,11 @@ fn handle() -> Handle {
 
 /// Makes `fork` wait until no other thread holds the mutexes a child's
 /// first call takes (the refresh schedule, then this runtime's: the order
-/// every caller takes them in; and the refreshes gathering for a pipeline,
-/// taken alone), by holding them itself across it: the child has no other
-/// thread, and a lock held by one at the fork would stay locked in the
-/// child for good. Registered once, before any is first taken. Nobody
-/// holds them while waiting for anything but each other, so this waits at
-/// most for one spawn or one dispatch.
+/// every caller takes them in), by holding them itself across it: the
+/// child has no other thread, and a lock held by one at the fork would
+/// stay locked in the child for good. Registered once, before either is
+/// first taken. Nobody holds them while waiting for anything but each
+/// other, so this waits at most for one spawn or one dispatch.
 fn held_across_fork() {
     #[cfg(unix)]
     {
@@ -81,13 +80,8 @@ extern "C" fn lock_before_fork() {
     #[cfg(feature = "redis")]
     let schedule = crate::redis::lock_schedule_for_fork();
     let runtime = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
-    // Taken while holding no other lock, so any place in this order is safe.
-    #[cfg(feature = "redis")]
-    let refreshes = crate::redis::lock_refreshes_for_fork();
     LOCKED_FOR_FORK.with(|held| {
         let mut held = held.borrow_mut();
-        #[cfg(feature = "redis")]
-        held.push(Box::new(refreshes));
         #[cfg(feature = "redis")]
         held.push(Box::new(schedule));
         held.push(Box::new(runtime));

@@ -2,14 +2,12 @@
 //! schedule, or the session it lives under, whose renewal refreshes it and
 //! whose health is its health.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::keepalive::{Member, Membership};
 use super::schedule::{first_refresh_retry, Kept, Scheduled};
-use super::slots::{Renewal, Slots};
+use super::slots::Slots;
 use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::health::Health;
@@ -126,10 +124,8 @@ struct SessionGrant {
 }
 
 impl Member for SessionGrant {
-    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<bool>> + Send + '_>> {
-        Box::pin(
-            async move { Ok(self.slots.refresh(&self.token, TAKER).await? == Renewal::Extended) },
-        )
+    fn grant(&self) -> (&Slots, &str) {
+        (&self.slots, &self.token)
     }
 
     fn release(&self) -> Result<bool> {

@@ -3,13 +3,14 @@
 //! of such a grant ([`Member`]). The semaphore's holds implement `Member`;
 //! nothing here knows how a grant was taken.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::hold::TAKER;
+use super::refresh_batch::{by_node, pipelined, Refresh, MOST_IN_ONE};
 use super::route::{Link, Route};
 use super::server::COMMAND_TIMEOUT;
+use super::slots::{Renewal, Slots};
 use crate::clock::Stamp;
 use crate::error::Result;
 use crate::health::Health;
@@ -18,10 +19,9 @@ use crate::lease::Lease;
 
 /// A grant living under a session, as the session sees it.
 pub(crate) trait Member: Send + Sync {
-    /// Extends the grant by the session's TTL; Ok(false) if it was lost.
-    /// Boxed to be callable through `dyn`: once per grant and renewal,
-    /// which is every ttl/2, not a hot path.
-    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<bool>> + Send + '_>>;
+    /// Its slots and token: the renewal refreshes them, by the session's
+    /// TTL, in pipelines with the session's other grants.
+    fn grant(&self) -> (&Slots, &str);
 
     /// Gives the grant back (a clean release: no lock_delay).
     fn release(&self) -> Result<bool>;
@@ -237,19 +237,28 @@ impl KeepAlive {
             .iter()
             .map(|(id, m)| (*id, m.clone()))
             .collect();
-        // All at once, so that they share a pipeline (see `refresh_batch`).
-        let mut refreshes = tokio::task::JoinSet::new();
-        for (id, member) in members {
-            refreshes.spawn(async move { (id, member.refresh().await) });
-        }
-        while let Some(refreshed) = refreshes.join_next().await {
-            let (id, renewed) =
-                refreshed.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-            // A grant released meanwhile is gone for a good reason.
-            if !renewed? && self.members().contains_key(&id) {
-                return Ok(Some(
-                    "a lock under it ran out or was taken over before it could be refreshed".into(),
-                ));
+        // In one pipeline per node (see `refresh_batch`); a refresh the
+        // pipeline does not settle goes alone along its route.
+        for (server, on_node) in by_node(members) {
+            for chunk in on_node.chunks(MOST_IN_ONE) {
+                let replies = pipelined(&server, chunk).await;
+                for ((id, member), reply) in chunk.iter().zip(replies) {
+                    let renewed = match reply {
+                        Some(renewed) => renewed,
+                        None => {
+                            let (slots, token) = member.grant();
+                            slots.refresh_alone(token, TAKER).await?
+                        }
+                    };
+                    // A grant released meanwhile is gone for a good reason.
+                    if Renewal::of(&renewed) != Renewal::Extended && self.members().contains_key(id)
+                    {
+                        return Ok(Some(
+                            "a lock under it ran out or was taken over before it could be refreshed"
+                                .into(),
+                        ));
+                    }
+                }
             }
         }
         Ok(None)
@@ -266,5 +275,17 @@ pub(crate) struct Membership {
 impl Drop for Membership {
     fn drop(&mut self) {
         self.keep_alive.members().remove(&self.id);
+    }
+}
+
+impl Refresh for (u64, Arc<dyn Member>) {
+    fn slots(&self) -> &Slots {
+        self.1.grant().0
+    }
+    fn token(&self) -> &str {
+        self.1.grant().1
+    }
+    fn refresher(&self) -> &str {
+        TAKER
     }
 }

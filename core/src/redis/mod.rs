@@ -28,7 +28,6 @@ pub use exclusive::{claim, exclusive, Claim, Exclusive};
 #[cfg(feature = "quorum")]
 pub(crate) use keys::check_name;
 pub use lock::{holder, Lock, LockBuilder, LockGuard};
-pub(crate) use refresh_batch::lock_for_fork as lock_refreshes_for_fork;
 #[doc(hidden)]
 pub use refresh_batch::refresh_exchanges;
 #[cfg(feature = "quorum")]

@@ -1,33 +1,25 @@
-//! Refreshes that fall due together go out together: the refreshes of
-//! held slots that reach one node within a few milliseconds of each other
-//! travel in one pipeline, one round trip for up to [`MOST_IN_ONE`] of
-//! them. Held locks' refreshes fall due on a grid shared by the whole
-//! process (see `hold::on_the_grid`), so a process holding ten thousand
-//! locks sends a handful of pipelines per refresh interval, not ten
-//! thousand requests.
+//! Refreshes sent together: the refreshes due at one moment (the refresh
+//! schedule's records that fell due, a session's grants at its renewal)
+//! go to each node in pipelines, one round trip for up to [`MOST_IN_ONE`]
+//! of them instead of one each.
 //!
 //! A refresh the pipeline does not settle (a Cluster redirect, a replica's
-//! refusal, a node that failed or went silent) is sent again on its own
-//! along its route, which follows redirects and failovers: batching only
-//! ever saves round trips, it decides nothing.
+//! refusal, a node that failed or went silent) is for its caller to send
+//! again on its own along its route, which follows redirects and
+//! failovers: batching only ever saves round trips, it decides nothing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{ServerErrorKind, Value};
-use tokio::sync::oneshot;
 
 use super::route::Route;
 use super::scripts::SCRIPTS;
 use super::server::{Channel, Server};
 use super::slots::Slots;
 
-/// How long a pipeline waits for more refreshes once one arrived: it
-/// leaves when a wait this long brought none, or after [`LONGEST_WAIT`].
-const QUIET: Duration = Duration::from_millis(1);
-const LONGEST_WAIT: Duration = Duration::from_millis(20);
 /// Most refreshes in one pipeline: under a MiB to write, and a few
 /// milliseconds of the server's time.
 pub(crate) const MOST_IN_ONE: usize = 1000;
@@ -46,143 +38,6 @@ pub(crate) fn count_exchange() {
     EXCHANGES.fetch_add(1, Ordering::Relaxed);
 }
 
-/// One refresh waiting for its pipeline, and where its answer goes: the
-/// script's reply, or None to send it on its own.
-struct Request {
-    slots: Arc<Slots>,
-    token: String,
-    refresher: String,
-    answer: oneshot::Sender<Option<Vec<i64>>>,
-}
-
-/// The refreshes gathering for one node's next pipeline.
-struct Gathering {
-    server: Arc<Server>,
-    requests: Vec<Request>,
-}
-
-/// This process's gatherings. Never held while taking another lock, and
-/// held across `fork` (see `runtime::held_across_fork`).
-struct Table {
-    pid: u32,
-    gatherings: Vec<Gathering>,
-}
-
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
-
-fn table() -> MutexGuard<'static, Option<Table>> {
-    TABLE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The table, locked for `fork` (see `runtime::held_across_fork`).
-pub(crate) fn lock_for_fork() -> impl std::any::Any {
-    table()
-}
-
-/// `token`'s refresh by `refresher`, sent in the next pipeline to the
-/// node its route leads to now: the script's reply, or None when the
-/// pipeline did not settle it and it should be sent on its own. Runs on
-/// lockyard's runtime.
-pub(crate) async fn refresh(slots: &Arc<Slots>, token: &str, refresher: &str) -> Option<Vec<i64>> {
-    let server = slots.route.server();
-    let (answer, answered) = oneshot::channel();
-    let request = Request {
-        slots: slots.clone(),
-        token: token.to_owned(),
-        refresher: refresher.to_owned(),
-        answer,
-    };
-    let first = {
-        let mut guard = table();
-        let pid = std::process::id();
-        // A forked child's refreshes are its own: the parent's gatherings
-        // (and the tasks that send them) stay with the parent. Leaked, not
-        // dropped: their senders' drops belong to the parent.
-        if guard.as_ref().is_some_and(|table| table.pid != pid) {
-            std::mem::forget(guard.take());
-        }
-        let table = guard.get_or_insert_with(|| Table {
-            pid,
-            gatherings: Vec::new(),
-        });
-        match table
-            .gatherings
-            .iter_mut()
-            .find(|gathering| Arc::ptr_eq(&gathering.server, &server))
-        {
-            Some(gathering) => {
-                gathering.requests.push(request);
-                false
-            }
-            None => {
-                table.gatherings.push(Gathering {
-                    server: server.clone(),
-                    requests: vec![request],
-                });
-                true
-            }
-        }
-    };
-    if first {
-        drop(tokio::spawn(gather_and_send(server)));
-    }
-    answered.await.ok().flatten()
-}
-
-/// Waits until refreshes stop arriving for `server`, then sends them all.
-async fn gather_and_send(server: Arc<Server>) {
-    let started = Instant::now();
-    let mut gathered = 0;
-    loop {
-        tokio::time::sleep(QUIET).await;
-        let now_gathered = waiting_for(&server);
-        if now_gathered == gathered
-            || now_gathered >= MOST_IN_ONE
-            || started.elapsed() >= LONGEST_WAIT
-        {
-            break;
-        }
-        gathered = now_gathered;
-    }
-    let mut requests = take_gathering(&server);
-    while !requests.is_empty() {
-        let rest = requests.split_off(requests.len().min(MOST_IN_ONE));
-        let replies = pipelined(&server, &requests).await;
-        for (request, renewed) in requests.into_iter().zip(replies) {
-            // Its holder may have let go meanwhile: nobody reads the answer.
-            let _ = request.answer.send(renewed);
-        }
-        requests = rest;
-    }
-}
-
-fn waiting_for(server: &Arc<Server>) -> usize {
-    table()
-        .as_ref()
-        .and_then(|table| {
-            table
-                .gatherings
-                .iter()
-                .find(|gathering| Arc::ptr_eq(&gathering.server, server))
-        })
-        .map_or(0, |gathering| gathering.requests.len())
-}
-
-fn take_gathering(server: &Arc<Server>) -> Vec<Request> {
-    let mut guard = table();
-    let Some(table) = guard.as_mut() else {
-        return Vec::new();
-    };
-    match table
-        .gatherings
-        .iter()
-        .position(|gathering| Arc::ptr_eq(&gathering.server, server))
-    {
-        Some(at) => table.gatherings.swap_remove(at).requests,
-        None => Vec::new(),
-    }
-}
-
 /// One refresh to send: whose slot, which token, by which refresher.
 pub(crate) trait Refresh {
     fn slots(&self) -> &Slots;
@@ -190,16 +45,20 @@ pub(crate) trait Refresh {
     fn refresher(&self) -> &str;
 }
 
-impl Refresh for Request {
-    fn slots(&self) -> &Slots {
-        &self.slots
+/// `refreshes` grouped by the node their route leads to now.
+pub(crate) fn by_node<R: Refresh>(refreshes: Vec<R>) -> Vec<(Arc<Server>, Vec<R>)> {
+    let mut nodes: Vec<(Arc<Server>, Vec<R>)> = Vec::new();
+    for refresh in refreshes {
+        let server = refresh.slots().route.server();
+        match nodes
+            .iter_mut()
+            .find(|(node, _)| Arc::ptr_eq(node, &server))
+        {
+            Some((_, on_node)) => on_node.push(refresh),
+            None => nodes.push((server, vec![refresh])),
+        }
     }
-    fn token(&self) -> &str {
-        &self.token
-    }
-    fn refresher(&self) -> &str {
-        &self.refresher
-    }
+    nodes
 }
 
 /// Sends `refreshes` (at most [`MOST_IN_ONE`]) to `server` in one

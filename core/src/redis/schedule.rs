@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::refresh_batch::{self, Refresh, MOST_IN_ONE};
+use super::refresh_batch::{self, by_node, Refresh, MOST_IN_ONE};
 use super::server::Server;
 use super::slots::{Renewal, Slots, WAITER_LEASE};
 use crate::clock::Stamp;
@@ -210,22 +210,6 @@ async fn dispatch(notify: Arc<Notify>) {
 
 /// A record taken out of the schedule for its refresh, with its id.
 type Record = (u64, Kept);
-
-/// `records` grouped by the node their route leads to now.
-fn by_node(records: Vec<Record>) -> Vec<(Arc<Server>, Vec<Record>)> {
-    let mut nodes: Vec<(Arc<Server>, Vec<Record>)> = Vec::new();
-    for record in records {
-        let server = record.1.slots.route.server();
-        match nodes
-            .iter_mut()
-            .find(|(node, _)| Arc::ptr_eq(node, &server))
-        {
-            Some((_, on_node)) => on_node.push(record),
-            None => nodes.push((server, vec![record])),
-        }
-    }
-    nodes
-}
 
 /// Refreshes `records` on `server` in pipelines, one after another; a
 /// refresh the pipeline did not settle goes alone along its route.

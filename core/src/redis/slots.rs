@@ -382,19 +382,6 @@ impl Slots {
         prepare(&SCRIPTS.holder, &self.keys, self.shape.limit(), fence_base)
     }
 
-    /// One refresh of `token`'s lease by the shared TTL, by `refresher`,
-    /// in the pipeline of refreshes due together on its node (see
-    /// `refresh_batch`), or alone when that did not settle it.
-    pub(crate) async fn refresh(self: &Arc<Self>, token: &str, refresher: &str) -> Result<Renewal> {
-        let renewed = match refresh_batch::refresh(self, token, refresher).await {
-            Some(renewed) => renewed,
-            // Boxed: it is the rare case, and would otherwise swell every
-            // waiting refresh's state.
-            None => Box::pin(self.refresh_alone(token, refresher)).await?,
-        };
-        Ok(Renewal::of(&renewed))
-    }
-
     /// One refresh sent on its own: it follows the slot wherever the
     /// Cluster moved it, and a failed connection is dropped so the next
     /// try reconnects. The script's reply (see `refresh.lua`).
