@@ -247,7 +247,9 @@ impl KeepAlive {
                         Some(renewed) => renewed,
                         None => {
                             let (slots, token) = member.grant();
-                            slots.refresh_alone(token, TAKER).await?
+                            slots
+                                .refresh_alone(token, TAKER, slots.lease.background_timeout())
+                                .await?
                         }
                     };
                     // A grant released meanwhile is gone for a good reason.

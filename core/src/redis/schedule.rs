@@ -193,7 +193,15 @@ async fn dispatch(notify: Arc<Notify>) {
             schedule.looks_at = schedule.due.first().map(|&(at, _)| at);
             (due, schedule.looks_at)
         };
-        for (server, records) in by_node(due) {
+        // A handed-over grant goes alone, each try within its share of the
+        // handoff window: a pipeline on a connection gone silent would wait
+        // out the whole background timeout, longer than the window lasts.
+        let (taken_up, handed_over): (Vec<_>, Vec<_>) =
+            due.into_iter().partition(|(_, kept)| kept.taken_up);
+        for (id, kept) in handed_over {
+            drop(tokio::spawn(refresh_alone(id, kept)));
+        }
+        for (server, records) in by_node(taken_up) {
             drop(tokio::spawn(refresh_on(server, records)));
         }
         match next {
@@ -228,9 +236,20 @@ async fn refresh_on(server: Arc<Server>, mut records: Vec<Record>) {
     }
 }
 
+/// Refreshes `kept` on its own along its route. A handed-over grant's try
+/// ends before its next one is due, so that all of them fit in the
+/// handoff window (see `first_refresh_retry`).
 async fn refresh_alone(id: u64, kept: Kept) {
+    let lease = &kept.slots.lease;
+    let limit = match kept.taken_up {
+        true => lease.background_timeout(),
+        false => first_refresh_retry(lease).min(lease.background_timeout()),
+    };
     let sent = Stamp::now();
-    let renewed = kept.slots.refresh_alone(&kept.token, &kept.refresher).await;
+    let renewed = kept
+        .slots
+        .refresh_alone(&kept.token, &kept.refresher, limit)
+        .await;
     settle(id, kept, sent, renewed);
 }
 

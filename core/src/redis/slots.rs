@@ -382,21 +382,23 @@ impl Slots {
         prepare(&SCRIPTS.holder, &self.keys, self.shape.limit(), fence_base)
     }
 
-    /// One refresh sent on its own: it follows the slot wherever the
-    /// Cluster moved it, and a failed connection is dropped so the next
-    /// try reconnects. The script's reply (see `refresh.lua`).
-    pub(crate) async fn refresh_alone(&self, token: &str, refresher: &str) -> Result<Vec<i64>> {
+    /// One refresh sent on its own, given up after `limit`: it follows the
+    /// slot wherever the Cluster moved it, and a failed connection is
+    /// dropped so the next try reconnects. The script's reply (see
+    /// `refresh.lua`).
+    pub(crate) async fn refresh_alone(
+        &self,
+        token: &str,
+        refresher: &str,
+        limit: Duration,
+    ) -> Result<Vec<i64>> {
         self.route
-            .in_background(
-                "refresh",
-                self.lease.background_timeout(),
-                |mut conn| async move {
-                    refresh_batch::count_exchange();
-                    self.refresh_script(conn.fence_base(), token, refresher)
-                        .invoke_async(&mut conn)
-                        .await
-                },
-            )
+            .in_background("refresh", limit, |mut conn| async move {
+                refresh_batch::count_exchange();
+                self.refresh_script(conn.fence_base(), token, refresher)
+                    .invoke_async(&mut conn)
+                    .await
+            })
             .await
     }
 
