@@ -237,13 +237,17 @@ async fn refresh_on(server: Arc<Server>, mut records: Vec<Record>) {
 }
 
 /// Refreshes `kept` on its own along its route. A handed-over grant's try
-/// ends before its next one is due, so that all of them fit in the
-/// handoff window (see `first_refresh_retry`).
+/// is given up after a quarter of the handoff window (or its share of the
+/// window, if longer): long enough for a slow link, short enough that a
+/// try stuck on a connection gone silent leaves time for another on a new
+/// one.
 async fn refresh_alone(id: u64, kept: Kept) {
     let lease = &kept.slots.lease;
     let limit = match kept.taken_up {
         true => lease.background_timeout(),
-        false => first_refresh_retry(lease).min(lease.background_timeout()),
+        false => first_refresh_retry(lease)
+            .max(WAITER_LEASE / 4)
+            .min(lease.background_timeout()),
     };
     let sent = Stamp::now();
     let renewed = kept
