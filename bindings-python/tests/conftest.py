@@ -4,6 +4,7 @@ names, and user scripts run in separate Python processes."""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,12 @@ import pytest
 from etcd_server import Etcd
 from gcs_servers import GcsServer, start_faithful_gcs, start_fake_gcs
 from redis_server import Redis
+
+# A shell without job control starts background jobs with SIGINT ignored;
+# Python then installs no handler, `_thread.interrupt_main()` does nothing
+# and spawned children inherit the ignored signal: the Ctrl-C tests would
+# hang. Run as from a terminal, wherever started.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

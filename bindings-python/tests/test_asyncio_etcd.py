@@ -37,8 +37,10 @@ async def keys(etcd: Etcd) -> list[str]:
     return await asyncio.to_thread(etcd.keys)
 
 
-async def until_keys(etcd: Etcd, count: int, limit: float = 5.0) -> None:
-    """Waits until etcd holds exactly `count` of lockyard's keys."""
+async def until_keys(etcd: Etcd, count: int, limit: float = 15.0) -> None:
+    """Waits until etcd holds exactly `count` of lockyard's keys: a
+    cancelled wait's key is deleted in the background, which on a loaded
+    machine has taken a little over 5 s."""
     deadline = time.monotonic() + limit
     while len(left := await keys(etcd)) != count:
         assert time.monotonic() < deadline, f"{left} instead of {count} keys"
