@@ -44,33 +44,19 @@ fn acquire_all(locks: &[Lock]) -> (Vec<lockyard::redis::LockGuard<'_>>, f64) {
     (guards, cohorts)
 }
 
-/// How many refresh scripts `server` ran so far.
-fn refreshes_run(server: &RedisServer) -> u64 {
-    let mut conn = server.raw().unwrap();
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut conn)
-        .unwrap();
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
-}
-
 #[test]
 fn the_refreshes_of_locks_held_together_share_a_pipeline() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let server = RedisServer::start();
     let locks = locks_named(&server.url(), "many", 300);
     let (guards, cohorts) = acquire_all(&locks);
-    let (exchanges, scripts) = (refresh_exchanges(), refreshes_run(&server));
+    let (exchanges, scripts) = (refresh_exchanges(), server.evalsha_calls());
     let held_for = Instant::now();
     // Ten periods: five times the ttl, so only refreshes keep them.
     std::thread::sleep(EVERY * 10);
     let periods = held_for.elapsed().as_secs_f64() / EVERY.as_secs_f64();
     let sent = refresh_exchanges() - exchanges;
-    let refreshed = refreshes_run(&server) - scripts;
+    let refreshed = server.evalsha_calls() - scripts;
     for guard in &guards {
         guard.check_health().unwrap();
     }

@@ -24,20 +24,6 @@ fn lock_with(url: &str, name: &str, ttl: Duration, every: Option<Duration>) -> L
     builder.build().unwrap()
 }
 
-/// How many scripts (`EVALSHA`) `server` ran so far.
-fn scripts_run(server: &RedisServer) -> u64 {
-    let mut conn = server.raw().unwrap();
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut conn)
-        .unwrap();
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
-}
-
 // ------------------------------------------------------------ safety
 
 /// Checks: a holder is never reported healthy while another client holds
@@ -167,10 +153,10 @@ fn each_lease_is_refreshed_about_once_per_period() {
         .map(|((ttl, every, _), server)| lock_with(&server.url(), "timed", MS(*ttl), every.map(MS)))
         .collect();
     let guards: Vec<_> = locks.iter().map(|l| l.acquire(None).unwrap()).collect();
-    let before: Vec<u64> = servers.iter().map(scripts_run).collect();
+    let before: Vec<u64> = servers.iter().map(RedisServer::evalsha_calls).collect();
     let started = Instant::now();
     std::thread::sleep(MS(1200));
-    let after: Vec<u64> = servers.iter().map(scripts_run).collect();
+    let after: Vec<u64> = servers.iter().map(RedisServer::evalsha_calls).collect();
     let secs = started.elapsed().as_secs_f64();
     for (i, (ttl, every, per_sec)) in cases.iter().enumerate() {
         let seen = (after[i] - before[i]) as f64;
@@ -273,9 +259,9 @@ fn no_refresh_outlives_its_hold() {
     assert!(locks[7].owned().unwrap());
     drop(kept);
     std::thread::sleep(MS(100));
-    let before = scripts_run(&server);
+    let before = server.evalsha_calls();
     std::thread::sleep(MS(300));
-    let after = scripts_run(&server);
+    let after = server.evalsha_calls();
     assert_eq!(
         after,
         before,

@@ -5,23 +5,23 @@
 use crate::error::{Error, Result};
 
 /// What follows `lockyard:{name}:` in each key, in the order the scripts
-/// take them (see prelude.lua), then the wake-up prefix.
+/// take them (see prelude.lua), then the wake-up prefix:
+/// - `bound`: grants and waiters under a session (their lock_delay,
+///   behavior, value);
+/// - `delay`: present while a lost session's lock_delay keeps the name
+///   from being granted;
+/// - `value`: the value a released holder kept (session behavior
+///   "release");
+/// - `terms`: the stream of election terms, a grant's (fence, value) and
+///   its end (fence, "");
+/// - `shape`: what the name is while anyone holds or waits for it, a lock
+///   or a WaitGroup of some limit (see `recorded_shape` in the prelude);
+/// - `owners`: slots adopted by another process, by token, with the
+///   refresher that now keeps each alive (see `adopt.lua`);
+/// - `wake:`: a waiter's wake-up list is this prefix followed by its token.
 const SUFFIXES: [&str; 13] = [
-    "holders", "grants", "queue", "leases", "fence", "watchers",
-    // Grants and waiters under a session: their lock_delay, behavior, value.
-    "bound",
-    // Present while a lost session's lock_delay keeps the name from being granted.
-    "delay", // The value a released holder kept (session behavior "release").
-    "value",
-    // Stream of election terms: a grant's (fence, value), its end (fence, "").
-    "terms",
-    // What the name is while anyone holds or waits for it: a lock, or a
-    // WaitGroup of some limit (see `recorded_shape` in the prelude).
-    "shape",
-    // Slots adopted by another process, by token: the refresher that now
-    // keeps each alive (see `adopt.lua`).
-    "owners", // A waiter's wake-up list is this prefix followed by its token.
-    "wake:",
+    "holders", "grants", "queue", "leases", "fence", "watchers", "bound", "delay", "value",
+    "terms", "shape", "owners", "wake:",
 ];
 const TERMS: usize = 9;
 const WAKE_PREFIX: usize = 12;

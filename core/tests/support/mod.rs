@@ -140,6 +140,19 @@ impl RedisServer {
         Ok(connection)
     }
 
+    /// How many scripts (`EVALSHA`) this server ran so far.
+    pub fn evalsha_calls(&self) -> u64 {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.raw().unwrap())
+            .unwrap();
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().unwrap())
+    }
+
     pub fn keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = redis::cmd("KEYS")
             .arg("*")
