@@ -136,8 +136,10 @@ fn an_async_holder_refreshes_on_the_replica_that_replaced_the_seed() {
 /// Keys (5b6988c) keep one string with each key's end offset. Suspected:
 /// offsets that split a multi-byte UTF-8 name, or overflow for a long
 /// one, would hand the scripts wrong or panicking key slices, and the
-/// pipeline's EVALSHA (built from `Keys::all()` by hand, not through
-/// `ScriptInvocation`) could disagree with the lone refresh's KEYS.
+/// pipeline's EVALSHA (built by hand, not through `ScriptInvocation`)
+/// could disagree with the lone refresh's KEYS. (The scripts now take
+/// only the name's key prefix and name the keys in Lua; the test stands
+/// for that too.)
 /// Checked: locks named with 2-, 3- and 4-byte characters and one with a
 /// 64 KiB name are held through ten refresh periods (three ttls), their
 /// holders keys are exactly `lockyard:{<name>}:holders` with a ttl kept

@@ -47,23 +47,9 @@ fn inspect_script() -> ::redis::Script {
     script(include_str!("../src/redis/scripts/inspect.lua"))
 }
 
-/// KEYS[1..12] of `name`, in the order of keys.rs (`Keys::all`).
-fn keys_of(name: &str) -> Vec<String> {
-    [
-        "holders", "grants", "queue", "leases", "fence", "watchers", "bound", "delay", "value",
-        "terms", "shape", "owners",
-    ]
-    .iter()
-    .map(|k| format!("lockyard:{{{name}}}:{k}"))
-    .collect()
-}
-
-fn wake_prefix(name: &str) -> String {
-    format!("lockyard:{{{name}}}:wake:")
-}
-
-/// One invocation of `s` on `name` with the shared ARGV[1..3] (limit
-/// `limit`, fence base 0) followed by `args`.
+/// One invocation of `s` on `name` as the library sends it: the name's
+/// key prefix, the shared ARGV[1..2] (limit `limit`, fence base 0), then
+/// `args`.
 fn invoke<T: ::redis::FromRedisValue>(
     conn: &mut ::redis::Connection,
     s: &::redis::Script,
@@ -72,10 +58,7 @@ fn invoke<T: ::redis::FromRedisValue>(
     args: &[&str],
 ) -> T {
     let mut inv = s.prepare_invoke();
-    for k in keys_of(name) {
-        inv.key(k);
-    }
-    inv.arg(wake_prefix(name)).arg(limit).arg(0);
+    inv.key(format!("lockyard:{{{name}}}:")).arg(limit).arg(0);
     for a in args {
         inv.arg(*a);
     }

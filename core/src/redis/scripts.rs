@@ -50,9 +50,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     holder: script!("holder.lua"),
 });
 
-/// An invocation with the keys and the arguments every script shares
-/// (ARGV[1] wake prefix, ARGV[2] limit, ARGV[3] the fence base of the node
-/// the connection reaches); the caller appends its own.
+/// An invocation with the key and the arguments every script shares
+/// (KEYS[1] the name's key prefix, ARGV[1] limit, ARGV[2] the fence base of
+/// the node the connection reaches); the caller appends its own.
 pub(crate) fn prepare<'a>(
     script: &'a Script,
     keys: &Keys,
@@ -60,13 +60,7 @@ pub(crate) fn prepare<'a>(
     fence_base: u64,
 ) -> ScriptInvocation<'a> {
     let mut invocation = script.prepare_invoke();
-    for key in keys.all() {
-        invocation.key(key);
-    }
-    invocation
-        .arg(keys.wake_prefix())
-        .arg(limit)
-        .arg(fence_base);
+    invocation.key(keys.prefix()).arg(limit).arg(fence_base);
     invocation
 }
 
@@ -74,8 +68,10 @@ pub(crate) fn prepare<'a>(
 /// load a script the server lacks: its sender does).
 pub(crate) fn evalsha(script: &Script, keys: &Keys, limit: u32, fence_base: u64) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    let all = keys.all();
-    cmd.arg(script.get_hash()).arg(all.len()).arg(&all[..]);
-    cmd.arg(keys.wake_prefix()).arg(limit).arg(fence_base);
+    cmd.arg(script.get_hash())
+        .arg(1)
+        .arg(keys.prefix())
+        .arg(limit)
+        .arg(fence_base);
     cmd
 }

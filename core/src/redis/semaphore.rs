@@ -260,7 +260,7 @@ impl Semaphore {
     /// Blocks on the wake-up list of `token` until a message arrives,
     /// `until` passes, or the caller is interrupted.
     fn listen(&self, caller: &Caller, token: &str, until: Instant) -> Result<Option<String>> {
-        let wake_key = format!("{}{token}", self.slots.keys.wake_prefix());
+        let wake_key = self.slots.keys.wake(token);
         loop {
             if caller.interrupted() {
                 return Err(Error::Interrupted(self.slots.what.clone()));

@@ -1,27 +1,27 @@
--- acquire: take a slot for ARGV[4] if one is free and no live waiter is ahead;
--- otherwise queue it (unless ARGV[6] is 0: try once).
--- ARGV[4] token, ARGV[5] ttl ms, ARGV[6] waiter lease ms (0 = do not queue),
--- ARGV[7] handoff window ms, ARGV[8] the session binding of the grant (see
--- `bound` in the prelude; '' outside sessions), ARGV[9] the caller's kind
+-- acquire: take a slot for ARGV[3] if one is free and no live waiter is ahead;
+-- otherwise queue it (unless ARGV[5] is 0: try once).
+-- ARGV[3] token, ARGV[4] ttl ms, ARGV[5] waiter lease ms (0 = do not queue),
+-- ARGV[6] handoff window ms, ARGV[7] the session binding of the grant (see
+-- `bound` in the prelude; '' outside sessions), ARGV[8] the caller's kind
 -- (1 lock, 2 WaitGroup).
 -- Returns {1, fence, deadline ms, now ms} when granted,
 --         {0, 0, earliest holder deadline (or end of a lock_delay) ms, now ms} when not, or
 --         {-1, recorded kind, recorded limit, now ms} when the name is held or
 --         awaited as another kind or with another limit.
-local token, ttl_ms = ARGV[4], tonumber(ARGV[5])
-local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+local token, ttl_ms = ARGV[3], tonumber(ARGV[4])
+local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 -- Fast path: a name with no record at all (nobody holds, waits or watches
 -- it, no lock_delay runs, no value was left behind) taken outside a
 -- session, by a request its caller has not given up on. Its grant is the
 -- short form (see `holders` in the prelude), which expires with the lease.
-if binding_meta == '' and redis.call('EXISTS', holders, shape_key, queue, delay_key,
-    value_key, watchers, wake_prefix .. token .. ':gone') == 0 then
+if binding_meta == '' and redis.call('EXISTS', holders, prefix .. 'shape', prefix .. 'queue',
+    prefix .. 'delay', prefix .. 'value', prefix .. 'watchers', wake_prefix .. token .. ':gone') == 0 then
   read_clock()
   local deadline = now_ms + ttl_ms
-  local fence = int(next_fence(ttl_ms))
-  redis.call('SET', holders, ARGV[9] .. ' ' .. ARGV[2] .. ' ' .. fence .. ' ' .. int(deadline) .. ' ' .. token,
-    'PX', int(ttl_ms))
-  return {1, fence, int(deadline), int(now_ms)}
+  local fence, fence_text = next_fence(ttl_ms)
+  redis.call('SET', holders, ARGV[8] .. ' ' .. ARGV[1] .. ' ' .. fence_text .. ' ' .. int(deadline) .. ' ' .. token,
+    'PX', ARGV[4])
+  return {1, fence, deadline, now_ms}
 end
 -- [rules]
 settle()
@@ -44,7 +44,7 @@ end
 -- The name is what its first holder or waiter said, until nobody holds or
 -- waits for it: a client with another limit would overfill it, and a lock
 -- and a WaitGroup of one name would share slots.
-local shape = ARGV[9] .. ' ' .. ARGV[2]
+local shape = ARGV[8] .. ' ' .. ARGV[1]
 forget_shape_if_idle()
 if recorded_shape and recorded_shape ~= shape then
   local kind, limit = string.match(recorded_shape, '^(%d+) (%d+)$')
@@ -55,7 +55,7 @@ if not recorded_shape then
   recorded_shape = shape
 end
 -- The name may have been idle with an older record: from now on it is ours.
-limit = tonumber(ARGV[2])
+limit = tonumber(ARGV[1])
 expire_no_earlier(shape_key, math.max(ttl_ms, lease_ms, 1))
 if binding_meta ~= '' then
   redis.call('HSET', bound, token, binding_meta)

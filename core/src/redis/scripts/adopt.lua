@@ -1,16 +1,16 @@
--- adopt: another process takes over keeping ARGV[4]'s slot alive (a token
--- handed to a worker): its refresher ARGV[6] becomes the only one whose
--- refresh counts, and the lease is extended to now + ARGV[5] ms at once.
+-- adopt: another process takes over keeping ARGV[3]'s slot alive (a token
+-- handed to a worker): its refresher ARGV[5] becomes the only one whose
+-- refresh counts, and the lease is extended to now + ARGV[4] ms at once.
 -- Returns {1, fence, deadline ms, now ms} when adopted,
 --         {0, 0, 0, now ms} when the slot is gone (done, or run out) or
 --         another process adopted it already,
 --         {-1, kind, limit, now ms} when the name is not a WaitGroup of
 --         this limit.
-local token, ttl_ms, refresher = ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local token, ttl_ms, refresher = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 settle()
 -- Only a WaitGroup of the name's own limit adopts: any other (or a Lock)
 -- would refresh and count the slot by another rule.
-if recorded_shape and recorded_shape ~= '2 ' .. ARGV[2] then
+if recorded_shape and recorded_shape ~= '2 ' .. ARGV[1] then
   local kind, recorded_limit = string.match(recorded_shape, '^(%d+) (%d+)$')
   return {-1, tonumber(kind), tonumber(recorded_limit), int(now_ms)}
 end

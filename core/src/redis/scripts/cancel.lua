@@ -1,10 +1,10 @@
 -- cancel: a waiter (or a wait() caller) gives up: timeout, interrupt. Leave
 -- the queue, and if a slot was handed over meanwhile, pass it on.
--- ARGV[4] token, ARGV[5] tombstone ms: when positive, an acquire of the
+-- ARGV[3] token, ARGV[4] tombstone ms: when positive, an acquire of the
 -- token still on its way (its caller gave up on it) is refused for that
 -- long (acquire.lua).
 -- Returns 1 if a handed-over slot was given back.
-local token, tombstone_ms = ARGV[4], tonumber(ARGV[5])
+local token, tombstone_ms = ARGV[3], tonumber(ARGV[4])
 settle()
 purge_expired()
 redis.call('ZREM', queue, token)

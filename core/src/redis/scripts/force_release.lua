@@ -5,7 +5,7 @@
 -- and turns unhealthy. A running lock_delay is lifted too: the operator
 -- asked for the name to be free now. Waiters are then admitted in order,
 -- as after a release.
--- ARGV[2] (limit) is ignored: the prelude takes the limit the name was
+-- ARGV[1] (limit) is ignored: the prelude takes the limit the name was
 -- taken with (its recorded shape), which the operator need not know.
 -- Returns the number of holders removed.
 settle()

@@ -1,33 +1,40 @@
 -- Shared head of every semaphore script (concatenated in front of each one).
--- KEYS[1] holders: zset token -> lease deadline (server ms); or, in the short
---                  form, a string "<kind> <limit> <fence> <deadline ms> <token>"
---                  while `token` alone holds the name, taken when it had no
---                  record at all and outside a session (acquire.lua's fast
---                  path): one key, expiring with the lease, stands for the
---                  holders, grants and shape records. Any script that needs
---                  more spreads it into those first (settle). A string where a
---                  zset was makes the scripts of versions before the short
---                  form fail with WRONGTYPE rather than take a held name for
---                  a free one.
--- KEYS[2] grants:  hash token -> fencing token of its grant
--- KEYS[3] queue:   zset waiter token -> arrival time (server us), FIFO order
--- KEYS[4] leases:  hash waiter token -> "<waiter lease deadline ms> <ttl ms> <handoff ms>"
--- KEYS[5] fence:   string, the last fencing token issued for this name
--- KEYS[6] watchers: hash watcher token -> lease deadline ms (wait() callers)
--- KEYS[7] bound:   hash token -> "<lock_delay ms> <delete 0|1> <election 0|1> <value>"
---                  for grants and waiters under a session, and
---                  "handoff:" .. token -> 1 while a grant handed to it is not taken up
--- KEYS[8] delay:   string, present while a lost session's lock_delay bars new grants
--- KEYS[9] value:   string, the value a holder under a "release" session left behind
--- KEYS[10] terms:  stream of election terms: fence + value at a grant, fence + '' at its end
--- KEYS[11] shape: string "<kind> <limit>" (kind 1 lock, 2 WaitGroup) while
---                  anyone holds or waits (absent in the short form, which
---                  carries it): clients must agree on what the name is
--- KEYS[12] owners: hash token -> id of the refresher that adopted the slot in
---                  another process; absent while the process that took it keeps it
--- ARGV[1] wake-key prefix (wake key of a waiter = prefix .. token; same hash tag)
--- ARGV[2] limit (slots)
--- ARGV[3] fence base: added to server time (us) where fencing tokens are
+-- KEYS[1] is the name's key prefix, `lockyard:{<name>}:`; the name's keys are
+-- the prefix followed by the suffixes below, so all of them share its hash
+-- tag and live in one Redis Cluster slot with the one key declared. Only
+-- the prefix is passed because redis-server spends about as long taking a
+-- script's keys as running a few commands: a fast path names just the keys
+-- it touches, and the rest are named where the rules begin.
+-- holders:  zset token -> lease deadline (server ms); or, in the short
+--           form, a string "<kind> <limit> <fence> <deadline ms> <token>"
+--           while `token` alone holds the name, taken when it had no
+--           record at all and outside a session (acquire.lua's fast
+--           path): one key, expiring with the lease, stands for the
+--           holders, grants and shape records. Any script that needs
+--           more spreads it into those first (settle). A string where a
+--           zset was makes the scripts of versions before the short
+--           form fail with WRONGTYPE rather than take a held name for
+--           a free one.
+-- grants:   hash token -> fencing token of its grant
+-- queue:    zset waiter token -> arrival time (server us), FIFO order
+-- leases:   hash waiter token -> "<waiter lease deadline ms> <ttl ms> <handoff ms>"
+-- fence:    string, the last fencing token issued for this name
+-- watchers: hash watcher token -> lease deadline ms (wait() callers)
+-- bound:    hash token -> "<lock_delay ms> <delete 0|1> <election 0|1> <value>"
+--           for grants and waiters under a session, and
+--           "handoff:" .. token -> 1 while a grant handed to it is not taken up
+-- delay:    string, present while a lost session's lock_delay bars new grants
+-- value:    string, the value a holder under a "release" session left behind
+-- terms:    stream of election terms: fence + value at a grant, fence + '' at its end
+-- shape:    string "<kind> <limit>" (kind 1 lock, 2 WaitGroup) while
+--           anyone holds or waits (absent in the short form, which
+--           carries it): clients must agree on what the name is
+-- owners:   hash token -> id of the refresher that adopted the slot in
+--           another process; absent while the process that took it keeps it
+-- wake:     a waiter's wake-up list is this prefix followed by its token
+--           (and "wake:<token>:gone" the tombstone of a request given up)
+-- ARGV[1] limit (slots)
+-- ARGV[2] fence base: added to server time (us) where fencing tokens are
 --         seeded; 0 on a plain server, the failover epoch << 32 behind
 --         Sentinel (see next_fence)
 -- All deadlines come from this server's clock, never from a client's.
@@ -36,13 +43,17 @@
 -- prelude sends no command and defines only what a fast path uses, so a
 -- fast path pays for its own commands and for nothing else.
 redis.replicate_commands()
-local holders, grants, queue, leases, fence_key, watchers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local bound, delay_key, value_key, terms, shape_key = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local owners = KEYS[12]
-local wake_prefix, limit, fence_base = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local prefix = KEYS[1]
+local holders, fence_key, wake_prefix = prefix .. 'holders', prefix .. 'fence', prefix .. 'wake:'
+-- Named where the rules begin (rules.lua); a fast path names what it uses.
+local grants, queue, leases, watchers, bound, delay_key, value_key, terms, shape_key, owners
+local limit, fence_base = tonumber(ARGV[1]), tonumber(ARGV[2])
 local recorded_shape, now_ms, now_us
 
-local function int(x) return string.format('%.0f', x) end
+-- A whole number as Redis wants it: %d formats it as an integer (exact
+-- below 2^63), where tostring would print large ones in exponent form and
+-- %.0f goes through floating-point formatting, several times slower.
+local function int(x) return string.format('%d', x) end
 
 local function read_clock()
   local clock = redis.call('TIME')
@@ -50,10 +61,11 @@ local function read_clock()
   now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 end
 
--- The short form's record, when `holders` holds one (see KEYS[1]).
--- Called only where the shape record is absent, as it always is beside a
--- short form: a holders set found there (kept past its shape record for a
--- lock_delay) answers WRONGTYPE, which pcall turns into a table.
+-- The short form's record, when `holders` holds one (see `holders` above):
+-- a holders set answers WRONGTYPE, which pcall turns into a table. Every
+-- script that writes the shape record or any other settles first (which
+-- turns the short form into a set), so a short form found is the name's
+-- whole state.
 local function short_form()
   local record = redis.pcall('GET', holders)
   if type(record) == 'string' then return record end
@@ -70,11 +82,9 @@ end
 -- The kind and limit ("<kind> <limit>") and the fence of the short form
 -- when `token` alone holds the name in it, its lease not run out; nil
 -- otherwise. The key may outlive its deadline by a millisecond: a grant
--- found past it is left to the full path, which purges it. `shape` is the
--- shape record as read (false if absent): a short form is only ever where
--- it is absent.
-local function held_alone(shape, token)
-  local short = not shape and short_form()
+-- found past it is left to the full path, which purges it.
+local function held_alone(token)
+  local short = short_form()
   if not short then return nil end
   local kind_limit, fence, deadline, sole = sole_holder(short)
   if sole ~= token then return nil end
@@ -88,22 +98,23 @@ end
 -- fence base adds the failover epoch, so that a promoted replica that missed
 -- the last increments still issues larger tokens than the old master did,
 -- even if its clock is somewhat behind the old master's.
+-- Returns the token, and the token as text.
 local function next_fence(lifetime_ms)
   local last = tonumber(redis.call('GET', fence_key) or '0')
   local fence = math.max(last + 1, now_us + fence_base)
-  redis.call('SET', fence_key, int(fence), 'PX', int(lifetime_ms + 3600000))
-  return fence
+  local text = int(fence)
+  redis.call('SET', fence_key, text, 'PX', int(lifetime_ms + 3600000))
+  return fence, text
 end
 
--- Reads the clock and the name's shape record (`shape`, when the caller
--- already read it: false if absent), spreading a short form into the
--- records every other rule works on.
+-- Reads the clock and the name's shape record, spreading a short form into
+-- the records every other rule works on.
 -- While anyone holds or waits, the name's limit is the one it was taken
 -- with, whatever this client was built with: only acquire may compare the
 -- two (and refuses a mismatch); every other script follows the record, so
 -- that no call from a client with a larger limit admits a waiter too many.
-local function settle(shape)
-  if shape == nil then shape = redis.call('GET', shape_key) end
+local function settle()
+  local shape = redis.call('GET', shape_key)
   read_clock()
   recorded_shape = shape or nil
   if not recorded_shape then

@@ -1,6 +1,10 @@
 -- The rules over the full records (see prelude.lua for the keys), for
 -- every script's full path.
 
+grants, queue, leases, watchers = prefix .. 'grants', prefix .. 'queue', prefix .. 'leases', prefix .. 'watchers'
+bound, delay_key, value_key, terms = prefix .. 'bound', prefix .. 'delay', prefix .. 'value', prefix .. 'terms'
+shape_key, owners = prefix .. 'shape', prefix .. 'owners'
+
 -- Keys carry an expiry so that a name whose holders and waiters all crashed
 -- leaves nothing behind in Redis.
 local function expire_with_last(key, zset)
@@ -106,8 +110,8 @@ end
 local function grant(token, lifetime_ms)
   local deadline = now_ms + lifetime_ms
   redis.call('ZADD', holders, int(deadline), token)
-  local fence = next_fence(lifetime_ms)
-  redis.call('HSET', grants, token, int(fence))
+  local fence, fence_text = next_fence(lifetime_ms)
+  redis.call('HSET', grants, token, fence_text)
   expire_with_last(holders, holders)
   expire_with_last(grants, holders)
   -- A value left by an earlier holder no longer describes the name.
@@ -115,7 +119,7 @@ local function grant(token, lifetime_ms)
   local b = binding(token)
   if b then
     keep_bound(b, lifetime_ms)
-    if b.election then record_term(int(fence), b.value) end
+    if b.election then record_term(fence_text, b.value) end
   end
   return fence, deadline
 end

@@ -1,7 +1,7 @@
--- watch: for wait(): 1 if no slot is held now; otherwise register ARGV[4]
--- as a watcher for ARGV[5] ms, to be woken with 'idle' on its wake list
+-- watch: for wait(): 1 if no slot is held now; otherwise register ARGV[3]
+-- as a watcher for ARGV[4] ms, to be woken with 'idle' on its wake list
 -- when the last slot frees, and return 0.
-local token, lease_ms = ARGV[4], tonumber(ARGV[5])
+local token, lease_ms = ARGV[3], tonumber(ARGV[4])
 settle()
 purge_expired()
 promote(nil)

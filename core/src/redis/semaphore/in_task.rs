@@ -241,7 +241,7 @@ impl Semaphore {
         token: &str,
         until: Instant,
     ) -> Result<Option<String>> {
-        let wake_key = format!("{}{token}", self.slots.keys.wake_prefix());
+        let wake_key = self.slots.keys.wake(token);
         loop {
             self.check_session()?;
             let left = until.saturating_duration_since(Instant::now());
