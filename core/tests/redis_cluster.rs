@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use lockyard::redis::{Election, Lock, Session, WaitGroup};
 use lockyard::wait::InTime;
+use lockyard::Error;
 use support::RedisCluster;
 
 /// Names whose slots live on three different nodes, with a URL that names
@@ -287,6 +288,91 @@ fn a_half_finished_migration_is_followed_by_ask() {
     assert!(guard.release().unwrap());
     session.destroy().unwrap();
     assert_eq!(lasting_keys(&cluster), Vec::<String>::new());
+}
+
+/// Scripts name the keys they touch in Lua, from the name's key prefix.
+/// With the prefix as their only declared key (never a key itself), a
+/// slot half-moved to another master sent them by ASK to the target,
+/// which ran them without the name's keys still on the source: a held
+/// lock's refresh found its grant gone there (the holder was told it lost
+/// the lock), and a rival's acquire failed for good instead of waiting the
+/// move out. Each script must be refused (TRYAGAIN) until the move ends,
+/// whichever side its keys are on: a rival is never granted and waits, the
+/// holder (refreshed about every 170 ms, 20 failures allowed) stays healthy,
+/// for a Lock and a WaitGroup.
+#[test]
+fn a_half_moved_slot_is_waited_out_by_holders_and_rivals() {
+    let cluster = RedisCluster::start();
+    let seed = cluster.ports()[0];
+    let url = cluster.url_of(seed);
+    let ttl = Duration::from_secs(10);
+    let lock_name = name_served(&cluster, "half-lock", seed, false);
+    let group_name = name_served(&cluster, "half-group", seed, false);
+    let lock = Lock::builder(&url, &lock_name)
+        .ttl(ttl)
+        .max_refresh_fails(20)
+        .build()
+        .unwrap();
+    let guard = lock.acquire(Some(Duration::from_secs(2))).unwrap();
+    let group = WaitGroup::builder(&url, &group_name, 1)
+        .ttl(ttl)
+        .max_refresh_fails(20)
+        .build()
+        .unwrap();
+    let slot_held = group.acquire(Some(Duration::from_secs(2))).unwrap();
+
+    for name in [&lock_name, &group_name] {
+        let key = held_key(name);
+        let (slot, from) = (cluster.slot_of(&key), cluster.node_of(&key));
+        let to = other_master(&cluster, &key);
+        let rival = Lock::builder(cluster.url_of(to), name).build().unwrap();
+        let rival_group = WaitGroup::builder(cluster.url_of(to), name, 1)
+            .build()
+            .unwrap();
+        cluster.begin_migration(slot, from, to);
+        // The holders key still on the source, then on the target.
+        for moved in [false, true] {
+            if moved {
+                cluster.migrate_keys(from, to, &[&key]);
+            }
+            let rival_try = if name == &lock_name {
+                rival.acquire(Some(Duration::from_millis(700))).map(drop)
+            } else {
+                rival_group
+                    .acquire(Some(Duration::from_millis(700)))
+                    .map(drop)
+            };
+            // Waited out to the end of its time limit: a timeout, or the
+            // move's last transient refusal.
+            assert!(
+                matches!(
+                    rival_try,
+                    Err(Error::Timeout { .. }
+                        | Error::Backend {
+                            transient: true,
+                            ..
+                        })
+                ),
+                "{name} (holders key moved: {moved}): {rival_try:?}"
+            );
+        }
+        cluster.migrate_slot_keys(slot, from, to);
+        cluster.finish_migration(slot, to);
+        guard.check_health().unwrap();
+        slot_held.check_health().unwrap();
+    }
+    assert!(lock.owned().unwrap());
+    let rival = Lock::builder(cluster.url(1), &lock_name).build().unwrap();
+    assert!(
+        rival.try_acquire().unwrap().is_none(),
+        "two holders after the move"
+    );
+    let rival_group = WaitGroup::builder(cluster.url(1), &group_name, 1)
+        .build()
+        .unwrap();
+    assert!(rival_group.acquire(Some(Duration::ZERO)).is_err());
+    assert!(guard.release().unwrap());
+    assert!(group.done(slot_held.token()).unwrap());
 }
 
 #[test]

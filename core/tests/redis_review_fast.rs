@@ -48,8 +48,8 @@ fn inspect_script() -> ::redis::Script {
 }
 
 /// One invocation of `s` on `name` as the library sends it: the name's
-/// key prefix, the shared ARGV[1..2] (limit `limit`, fence base 0), then
-/// `args`.
+/// key prefix and holders key, the shared ARGV[1..2] (limit `limit`, fence
+/// base 0), then `args`.
 fn invoke<T: ::redis::FromRedisValue>(
     conn: &mut ::redis::Connection,
     s: &::redis::Script,
@@ -58,7 +58,10 @@ fn invoke<T: ::redis::FromRedisValue>(
     args: &[&str],
 ) -> T {
     let mut inv = s.prepare_invoke();
-    inv.key(format!("lockyard:{{{name}}}:")).arg(limit).arg(0);
+    inv.key(format!("lockyard:{{{name}}}:"))
+        .key(format!("lockyard:{{{name}}}:holders"))
+        .arg(limit)
+        .arg(0);
     for a in args {
         inv.arg(*a);
     }

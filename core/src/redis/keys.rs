@@ -8,34 +8,42 @@ use crate::error::{Error, Result};
 /// `holders`, `grants`, `queue`, `leases`, `fence`, `watchers`, `bound`,
 /// `delay`, `value`, `terms`, `shape`, `owners` (each described in
 /// prelude.lua), or `wake:` and a waiter's token for its wake-up list.
-/// The scripts take only the prefix and name the keys themselves.
+/// The scripts take the prefix and the holders key (see prelude.lua) and
+/// name the other keys themselves.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
-    /// A process may hold ten thousand locks: the prefix is all it keeps.
-    prefix: Box<str>,
+    /// A process may hold ten thousand locks: the holders key, whose
+    /// beginning is the prefix, is all it keeps.
+    holders: Box<str>,
 }
+
+const HOLDERS: &str = "holders";
 
 impl Keys {
     pub(crate) fn new(name: &str) -> Result<Keys> {
         check_name(name)?;
         Ok(Keys {
-            prefix: format!("lockyard:{{{name}}}:").into(),
+            holders: format!("lockyard:{{{name}}}:{HOLDERS}").into(),
         })
     }
 
-    /// What the scripts take as their one key.
-    pub(crate) fn prefix(&self) -> &str {
-        &self.prefix
+    /// The keys every script takes: the prefix, then the holders key.
+    pub(crate) fn declared(&self) -> [&str; 2] {
+        [self.prefix(), &self.holders]
+    }
+
+    fn prefix(&self) -> &str {
+        &self.holders[..self.holders.len() - HOLDERS.len()]
     }
 
     /// The stream of election terms.
     pub(crate) fn terms(&self) -> String {
-        format!("{}terms", self.prefix)
+        format!("{}terms", self.prefix())
     }
 
     /// The wake-up list of the waiter `token`.
     pub(crate) fn wake(&self, token: &str) -> String {
-        format!("{}wake:{token}", self.prefix)
+        format!("{}wake:{token}", self.prefix())
     }
 }
 
@@ -59,7 +67,10 @@ mod tests {
     #[test]
     fn every_key_shares_the_hash_tag() {
         let keys = Keys::new("deploy").unwrap();
-        assert_eq!(keys.prefix(), "lockyard:{deploy}:");
+        assert_eq!(
+            keys.declared(),
+            ["lockyard:{deploy}:", "lockyard:{deploy}:holders"]
+        );
         assert_eq!(keys.terms(), "lockyard:{deploy}:terms");
         assert_eq!(keys.wake("t1"), "lockyard:{deploy}:wake:t1");
     }

@@ -50,9 +50,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     holder: script!("holder.lua"),
 });
 
-/// An invocation with the key and the arguments every script shares
-/// (KEYS[1] the name's key prefix, ARGV[1] limit, ARGV[2] the fence base of
-/// the node the connection reaches); the caller appends its own.
+/// An invocation with the keys and the arguments every script shares
+/// (KEYS[1] the name's key prefix, KEYS[2] its holders key, ARGV[1] limit,
+/// ARGV[2] the fence base of the node the connection reaches); the caller
+/// appends its own.
 pub(crate) fn prepare<'a>(
     script: &'a Script,
     keys: &Keys,
@@ -60,7 +61,12 @@ pub(crate) fn prepare<'a>(
     fence_base: u64,
 ) -> ScriptInvocation<'a> {
     let mut invocation = script.prepare_invoke();
-    invocation.key(keys.prefix()).arg(limit).arg(fence_base);
+    let [prefix, holders] = keys.declared();
+    invocation
+        .key(prefix)
+        .key(holders)
+        .arg(limit)
+        .arg(fence_base);
     invocation
 }
 
@@ -69,8 +75,8 @@ pub(crate) fn prepare<'a>(
 pub(crate) fn evalsha(script: &Script, keys: &Keys, limit: u32, fence_base: u64) -> Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash())
-        .arg(1)
-        .arg(keys.prefix())
+        .arg(2)
+        .arg(&keys.declared()[..])
         .arg(limit)
         .arg(fence_base);
     cmd

@@ -1,10 +1,15 @@
 -- Shared head of every semaphore script (concatenated in front of each one).
--- KEYS[1] is the name's key prefix, `lockyard:{<name>}:`; the name's keys are
--- the prefix followed by the suffixes below, so all of them share its hash
--- tag and live in one Redis Cluster slot with the one key declared. Only
--- the prefix is passed because redis-server spends about as long taking a
--- script's keys as running a few commands: a fast path names just the keys
--- it touches, and the rest are named where the rules begin.
+-- KEYS[1] is the name's key prefix, `lockyard:{<name>}:`, and KEYS[2] its
+-- holders key. The name's keys are the prefix followed by the suffixes
+-- below, so all of them share its hash tag and live in one Redis Cluster
+-- slot. The scripts name them in Lua rather than take all of them, because
+-- redis-server spends about as long taking a script's keys as running a
+-- few commands: a fast path names just the keys it touches, and the rest
+-- are named where the rules begin. Two keys are declared, one of which
+-- (the prefix) never exists, so that while the slot is half-moved between
+-- Cluster nodes every script is refused with TRYAGAIN, whichever side the
+-- keys are on: with one key a script could be sent by ASK to the target
+-- and run there without the keys still on the source.
 -- holders:  zset token -> lease deadline (server ms); or, in the short
 --           form, a string "<kind> <limit> <fence> <deadline ms> <token>"
 --           while `token` alone holds the name, taken when it had no
@@ -43,8 +48,8 @@
 -- prelude sends no command and defines only what a fast path uses, so a
 -- fast path pays for its own commands and for nothing else.
 redis.replicate_commands()
-local prefix = KEYS[1]
-local holders, fence_key, wake_prefix = prefix .. 'holders', prefix .. 'fence', prefix .. 'wake:'
+local prefix, holders = KEYS[1], KEYS[2]
+local fence_key, wake_prefix = prefix .. 'fence', prefix .. 'wake:'
 -- Named where the rules begin (rules.lua); a fast path names what it uses.
 local grants, queue, leases, watchers, bound, delay_key, value_key, terms, shape_key, owners
 local limit, fence_base = tonumber(ARGV[1]), tonumber(ARGV[2])
