@@ -37,7 +37,7 @@ impl Ending {
         let mut by = self.by.lock().unwrap_or_else(|e| e.into_inner());
         let first = !self.begun.swap(true, Ordering::AcqRel);
         if first {
-            by.0 = Some(std::process::id());
+            by.0 = Some(crate::pid::current());
         }
         then();
         first
@@ -63,7 +63,7 @@ impl Ending {
     fn wait(&self) -> Result<()> {
         let give_up_at = Instant::now() + ENDING_WAIT;
         let mut by = self.by.lock().unwrap_or_else(|e| e.into_inner());
-        while by.0 == Some(std::process::id()) {
+        while by.0 == Some(crate::pid::current()) {
             let left = give_up_at.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(());

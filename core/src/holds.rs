@@ -44,7 +44,7 @@ impl<K: Eq + Hash + Clone, V> Holds<K, V> {
     pub(crate) fn new() -> Self {
         Holds {
             inner: Mutex::new(State {
-                pid: std::process::id(),
+                pid: crate::pid::current(),
                 holds: HashMap::new(),
                 inherited: HashSet::new(),
             }),
@@ -54,7 +54,7 @@ impl<K: Eq + Hash + Clone, V> Holds<K, V> {
     /// This process's holds; a child's first look forgets the parent's.
     pub(crate) fn get(&self) -> ProcessHolds<'_, K, V> {
         let mut state = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         if state.pid != pid {
             let inherited = std::mem::take(&mut state.holds);
             state.inherited.extend(inherited.keys().cloned());

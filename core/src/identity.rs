@@ -25,13 +25,13 @@ static STARTED_IN: OnceLock<u32> = OnceLock::new();
 /// when they are loaded, and every lock built calls it, so a child forked
 /// after either is told apart from a process started afresh.
 pub fn note_process_start() {
-    STARTED_IN.get_or_init(std::process::id);
+    STARTED_IN.get_or_init(crate::pid::current);
 }
 
 /// Whether this process was forked from one in which lockyard had run.
 #[cfg(feature = "gcs")]
 pub(crate) fn forked_since_start() -> bool {
-    *STARTED_IN.get_or_init(std::process::id) != std::process::id()
+    *STARTED_IN.get_or_init(crate::pid::current) != crate::pid::current()
 }
 
 /// Runs `f` with `key` naming the calling holder instead of the OS thread.
@@ -131,7 +131,7 @@ pub(crate) fn request_token(identity: &str) -> String {
 /// Identity of the calling thread for a lock object with `prefix`.
 #[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) fn holder_identity(prefix: &str) -> String {
-    format!("{prefix}-{}/{}", std::process::id(), holder_number())
+    format!("{prefix}-{}/{}", crate::pid::current(), holder_number())
 }
 
 #[cfg(all(test, feature = "redis"))]

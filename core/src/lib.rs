@@ -74,6 +74,7 @@ pub mod lease;
 pub mod limits;
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 pub mod owners;
+mod pid;
 #[cfg(feature = "quorum")]
 pub mod quorum;
 #[cfg(feature = "redis")]

@@ -63,14 +63,14 @@ static WATCHER: AtomicU32 = AtomicU32::new(0);
 /// atomic, not a lock: a binding may be called where it cannot take one
 /// (a Ruby trap handler).
 pub fn watcher_needed() -> bool {
-    let pid = std::process::id();
+    let pid = crate::pid::current();
     WATCHER.swap(pid, Ordering::SeqCst) != pid
 }
 
 /// The watcher that [`watcher_needed`] asked for could not be started:
 /// the next grant asks again.
 pub fn watcher_failed() {
-    let _ = WATCHER.compare_exchange(std::process::id(), 0, Ordering::SeqCst, Ordering::SeqCst);
+    let _ = WATCHER.compare_exchange(crate::pid::current(), 0, Ordering::SeqCst, Ordering::SeqCst);
 }
 
 /// Lets owners' ends reach `table`'s holds while it lives.

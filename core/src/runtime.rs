@@ -19,7 +19,7 @@ static RUNTIME: Mutex<Option<Running>> = Mutex::new(None);
 
 fn handle() -> Handle {
     held_across_fork();
-    let pid = std::process::id();
+    let pid = crate::pid::current();
     let mut slot = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(running) = slot.as_ref().filter(|r| r.pid == pid) {
         return running.handle.clone();
@@ -322,7 +322,7 @@ impl Background {
                 libc::atexit(wait_at_exit);
             });
         }
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         let mut unfinished = UNFINISHED.lock().unwrap_or_else(|e| e.into_inner());
         if unfinished.0 != pid {
             *unfinished = (pid, 0);
@@ -353,7 +353,7 @@ extern "C" fn wait_at_exit() {
 /// C's `atexit`.
 pub fn finish_background_work() {
     let until = exit_deadline();
-    let pid = std::process::id();
+    let pid = crate::pid::current();
     let mut unfinished = UNFINISHED.lock().unwrap_or_else(|e| e.into_inner());
     while unfinished.0 == pid && unfinished.1 > 0 {
         let left = until.saturating_duration_since(Instant::now());
@@ -371,7 +371,7 @@ pub fn finish_background_work() {
 /// the first call (a forked child sets its own).
 fn exit_deadline() -> Instant {
     static DEADLINE: Mutex<Option<(u32, Instant)>> = Mutex::new(None);
-    let pid = std::process::id();
+    let pid = crate::pid::current();
     let mut deadline = DEADLINE.lock().unwrap_or_else(|e| e.into_inner());
     match *deadline {
         Some((owner, at)) if owner == pid => at,

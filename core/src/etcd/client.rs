@@ -121,7 +121,7 @@ impl Client {
     }
 
     fn http(&self) -> Result<reqwest::Client, Fault> {
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         let mut slot = self.http.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, client)) = slot.as_ref().filter(|(owner, _)| *owner == pid) {
             return Ok(client.clone());

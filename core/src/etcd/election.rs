@@ -522,7 +522,7 @@ impl Watching {
     /// Opens the watch if needed and takes in its next message, or reads
     /// the line again after a request timeout without one.
     async fn watch_once(&mut self) -> Result<()> {
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         if self.watch.as_ref().is_some_and(|(owner, ..)| *owner != pid) {
             // Dropping it would touch the parent's runtime.
             std::mem::forget(self.watch.take());

@@ -101,7 +101,7 @@ impl Leases {
     /// This process's leases of `ttl_secs` on `client`'s cluster, shared
     /// with every lock object of the same URL and ttl.
     pub(crate) fn shared(client: &Arc<Client>, ttl_secs: i64) -> Arc<Leases> {
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         let mut registry = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
         registry.retain(|leases| leases.strong_count() > 0);
         let found = registry.iter().filter_map(Weak::upgrade).find(|leases| {
@@ -138,7 +138,7 @@ impl Leases {
         Leases {
             client: client.clone(),
             ttl_secs,
-            pid: std::process::id(),
+            pid: crate::pid::current(),
             revoke_on_drop,
             once: false,
             bar_ttl: None,
@@ -317,7 +317,7 @@ impl Drop for Leases {
         let Some(lease) = self.current.get_mut().take() else {
             return;
         };
-        if self.pid != std::process::id() {
+        if self.pid != crate::pid::current() {
             // The parent's: its task runs on the parent's runtime.
             std::mem::forget(lease);
             return;

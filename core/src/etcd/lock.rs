@@ -271,7 +271,7 @@ impl Lock {
     /// session's.
     fn leases(&self) -> Arc<Leases> {
         let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
-        if self.session.is_none() && leases.pid() != std::process::id() {
+        if self.session.is_none() && leases.pid() != crate::pid::current() {
             *leases = Leases::shared(&self.client, self.ttl_secs);
         }
         leases.clone()

@@ -161,7 +161,7 @@ impl Unbuilt {
                 lock_delay: self.lock_delay,
                 ttl: self.ttl,
                 ending: Ending::new(),
-                pid: std::process::id(),
+                pid: crate::pid::current(),
             }),
         }
     }
@@ -310,7 +310,7 @@ impl SessionState {
                 self.what()
             )));
         }
-        if self.pid != std::process::id() {
+        if self.pid != crate::pid::current() {
             return Err(Error::config(format!(
                 "{} belongs to the process that built it (pid {}); build a session in this one",
                 self.what(),
@@ -347,7 +347,7 @@ impl SessionState {
     /// waits for that.
     fn end_destroy(&self, first: bool) -> Result<()> {
         self.ending.run(first, || {
-            if self.pid != std::process::id() {
+            if self.pid != crate::pid::current() {
                 return Ok(());
             }
             runtime::block_on(self.leases.end("the session was destroyed"))

@@ -226,7 +226,7 @@ impl WaitGroup {
     /// This group's leases: after a fork, the child's own.
     fn leases(&self) -> Arc<Leases> {
         let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
-        if leases.pid() != std::process::id() {
+        if leases.pid() != crate::pid::current() {
             *leases = Leases::own(&self.client, self.ttl_secs);
         }
         leases.clone()

@@ -197,7 +197,7 @@ impl Auth {
     }
 
     fn provider(&self) -> Result<AccessTokenCredentials, StoreError> {
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         let mut slot = self.slot();
         if let Some(provider) = slot.as_ref().filter(|provider| provider.pid == pid) {
             return Ok(provider.credentials.clone());

@@ -56,7 +56,7 @@ impl HttpStore {
     }
 
     fn client(&self) -> Result<Client, StoreError> {
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         let mut slot = self.client.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((owner, client)) = slot.as_ref() {
             if *owner == pid {

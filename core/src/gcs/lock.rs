@@ -338,7 +338,7 @@ impl Lock {
     /// otherwise it would pass for its parent or its siblings and take their
     /// live hold by the gem's instant recovery.
     pub fn identity(&self) -> String {
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         let prefix = match &self.identity_prefix {
             Some(prefix) if !forked_since_start() => prefix.clone(),
             Some(prefix) => format!("{prefix}-{pid}"),

@@ -142,7 +142,7 @@ impl Election {
         let identity = format!(
             "{}-{}/{}",
             self.session.id(),
-            std::process::id(),
+            crate::pid::current(),
             self.suffix
         );
         Ok(request_token(&identity))

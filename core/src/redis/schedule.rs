@@ -106,7 +106,7 @@ impl Kept {
             health,
             taken_up: !handed_over,
         };
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         let mut guard = schedule();
         // A forked child keeps its own slots alive: its parent's records
         // (and dispatcher) belong to the parent. Leaked, not dropped: their
@@ -168,7 +168,7 @@ impl Drop for Scheduled {
     fn drop(&mut self) {
         // A parent's handle dropped in a forked child: the record lives
         // in the parent.
-        if self.pid != std::process::id() {
+        if self.pid != crate::pid::current() {
             return;
         }
         let mut guard = schedule();
@@ -189,8 +189,14 @@ async fn dispatch(notify: Arc<Notify>) {
             let Some(schedule) = guard.as_mut() else {
                 return;
             };
-            let due = schedule.take_due(Instant::now());
-            schedule.looks_at = schedule.due.first().map(|&(at, _)| at);
+            let now = Instant::now();
+            let due = schedule.take_due(now);
+            // A look still ahead stays when releases emptied the schedule
+            // since it was set: put_back notifies only for an earlier look,
+            // so locks taken and released before their first refresh never
+            // wake this thread, which would cost each acquire a thread hop.
+            let ahead = schedule.looks_at.filter(|&at| at > now);
+            schedule.looks_at = schedule.due.first().map(|&(at, _)| at).or(ahead);
             (due, schedule.looks_at)
         };
         // A handed-over grant goes alone, each try within its share of the
@@ -295,7 +301,10 @@ fn settle(id: u64, mut kept: Kept, sent: Stamp, renewed: Result<Vec<i64>>) {
         true => on_the_grid(kept.keep.next_try(None), &kept.slots.lease),
         false => Instant::now() + first_refresh_retry(&kept.slots.lease),
     };
-    if let Some(schedule) = schedule().as_mut().filter(|s| s.pid == std::process::id()) {
+    if let Some(schedule) = schedule()
+        .as_mut()
+        .filter(|s| s.pid == crate::pid::current())
+    {
         schedule.put_back(id, next, kept);
     }
 }

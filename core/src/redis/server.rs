@@ -104,9 +104,9 @@ impl Server {
             target,
             name,
             connect_timeout,
-            idle: Mutex::new((std::process::id(), Vec::new())),
+            idle: Mutex::new((crate::pid::current(), Vec::new())),
             background: Mutex::new(None),
-            async_idle: Mutex::new((std::process::id(), Vec::new())),
+            async_idle: Mutex::new((crate::pid::current(), Vec::new())),
             peers: OnceLock::new(),
             round_trip: RoundTrip::default(),
         }
@@ -179,7 +179,7 @@ impl Server {
         let mut pooled = None;
         {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            let pid = std::process::id();
+            let pid = crate::pid::current();
             if idle.0 != pid {
                 // Inherited from the parent: closing our copies is harmless to it.
                 *idle = (pid, Vec::new());
@@ -235,12 +235,13 @@ impl Server {
         };
         conn.set_write_timeout(Some(COMMAND_TIMEOUT))
             .map_err(unreachable)?;
-        Ok((NodeConnection { conn, node }, false))
+        Ok((NodeConnection::new(conn, node), false))
     }
 
     fn checkin(&self, conn: NodeConnection) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.0 == std::process::id() && idle.1.len() < MAX_IDLE && self.is_current(&conn.node) {
+        if idle.0 == crate::pid::current() && idle.1.len() < MAX_IDLE && self.is_current(&conn.node)
+        {
             idle.1.push(conn);
         }
     }
@@ -266,10 +267,7 @@ impl Server {
         let mut interruptions = 0;
         loop {
             let (mut conn, pooled) = self.checkout(caller, stale_retried)?;
-            conn.conn
-                .set_read_timeout(Some(
-                    caller.read_timeout(read_timeout, self.round_trip.least_time()),
-                ))
+            conn.set_read_timeout(caller.read_timeout(read_timeout, self.round_trip.least_time()))
                 .map_err(|e| Failure::Fatal(self.error(operation, e)))?;
             let sent = Instant::now();
             match request(&mut conn) {
@@ -325,7 +323,7 @@ impl Server {
 
     /// [`Server::background`], and the node it reaches.
     async fn background_node(&self) -> Result<(Arc<Node>, MultiplexedConnection)> {
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         let cached = self
             .background
             .lock()
@@ -427,7 +425,7 @@ impl Server {
             None
         } else {
             let mut idle = self.async_idle.lock().unwrap_or_else(|e| e.into_inner());
-            let pid = std::process::id();
+            let pid = crate::pid::current();
             if idle.0 != pid {
                 // Inherited from the parent: dropping them would wake their
                 // drivers on the parent's runtime, which has no thread here.
@@ -487,7 +485,7 @@ impl Server {
     fn keep_caller_connection(&self, node: Arc<Node>, conn: MultiplexedConnection) {
         let runtime = tokio::runtime::Handle::current().id();
         let mut idle = self.async_idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.0 != std::process::id() || !self.is_current(&node) {
+        if idle.0 != crate::pid::current() || !self.is_current(&node) {
             return;
         }
         if idle.1.len() == MAX_IDLE {

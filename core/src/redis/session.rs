@@ -147,7 +147,7 @@ impl SessionBuilder {
         let lease = Lease::new(self.ttl, Some(self.ttl / 2), 1)?;
         let route = Route::new(server(&self.url, self.connect_timeout)?);
         let id = random_hex(16);
-        let value = format!("{} {:?}", std::process::id(), self.behavior);
+        let value = format!("{} {:?}", crate::pid::current(), self.behavior);
         Ok(KeepAlive::new(&id, route, lease, value))
     }
 
@@ -159,7 +159,7 @@ impl SessionBuilder {
             behavior: self.behavior,
             lock_delay: self.lock_delay,
             ending: Ending::new(),
-            pid: std::process::id(),
+            pid: crate::pid::current(),
             renewer: Mutex::new(None),
         });
         let renewer = runtime::spawn(keep_alive.run());
@@ -402,7 +402,7 @@ impl SessionState {
     fn end(&self) -> Result<()> {
         // A forked child must not end the session its parent still uses,
         // nor touch the renewer task, which runs on the parent's runtime.
-        let creator = self.pid == std::process::id();
+        let creator = self.pid == crate::pid::current();
         if creator {
             if let Some(renewer) = self
                 .renewer

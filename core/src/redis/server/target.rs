@@ -2,7 +2,7 @@
 //! the sentinels name; and the pooled connection that remembers which.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis::{Connection, ConnectionLike, RedisResult, Value};
 
@@ -22,11 +22,33 @@ pub(super) enum Target {
 pub(crate) struct NodeConnection {
     pub(super) conn: Connection,
     pub(super) node: Arc<Node>,
+    /// What the socket's read timeout was last set to.
+    read_timeout: Option<Duration>,
 }
 
 impl NodeConnection {
+    pub(super) fn new(conn: Connection, node: Arc<Node>) -> NodeConnection {
+        NodeConnection {
+            conn,
+            node,
+            read_timeout: None,
+        }
+    }
+
     pub(crate) fn fence_base(&self) -> u64 {
         self.node.fence_base
+    }
+
+    /// Most requests wait as long as the last did on this connection:
+    /// the socket is told (a system call) only when that changes.
+    pub(super) fn set_read_timeout(&mut self, timeout: Duration) -> RedisResult<()> {
+        if self.read_timeout != Some(timeout) {
+            // Forgotten first: if setting fails, the next request sets it.
+            self.read_timeout = None;
+            self.conn.set_read_timeout(Some(timeout))?;
+            self.read_timeout = Some(timeout);
+        }
+        Ok(())
     }
 }
 
