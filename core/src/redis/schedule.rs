@@ -267,6 +267,12 @@ async fn refresh_alone(id: u64, kept: Kept) {
 /// it is refreshed next, if ever. A refresh that finds the slot gone marks
 /// it lost at once; failures only after `max_refresh_fails` in a row.
 fn settle(id: u64, mut kept: Kept, sent: Stamp, renewed: Result<Vec<i64>>) {
+    // Released while the refresh was under way (a handed-over grant is
+    // refreshed at once, and often released first): the answer, likely
+    // "gone", is nobody's, and no warning is due.
+    if !still_kept(id) {
+        return;
+    }
     let what = &kept.slots.what;
     match renewed.map(|renewed| Renewal::of(&renewed)) {
         Ok(Renewal::Extended) => {
@@ -307,6 +313,14 @@ fn settle(id: u64, mut kept: Kept, sent: Stamp, renewed: Result<Vec<i64>>) {
     {
         schedule.put_back(id, next, kept);
     }
+}
+
+/// Whether record `id`'s handle is still held in this process.
+fn still_kept(id: u64) -> bool {
+    schedule()
+        .as_ref()
+        .filter(|s| s.pid == crate::pid::current())
+        .is_some_and(|s| s.waiting.contains_key(&id))
 }
 
 /// When a refresh due `after` from now is sent: at the last point at or
