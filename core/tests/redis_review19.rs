@@ -1,0 +1,357 @@
+//! Review of 7f5d0d2..b1a3b03: scripts that take the name's key prefix
+//! and holders key and name the other keys in Lua (ARGV renumbered, `%d`
+//! formatting, numbers in hot replies, no shape read on the release and
+//! refresh fast paths), the cached process id (`core/src/pid.rs`), the
+//! pooled connection that remembers its read timeout, and the refresh
+//! dispatcher that keeps a look still ahead.
+//!
+//! Findings first (each fails on b1a3b03), then coverage of the risky
+//! areas checked and found correct.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockyard::redis::{
+    force_release, holder, inspect, Behavior, Election, Lock, Session, WaitGroup,
+};
+use lockyard::Error;
+use support::{eventually, DelayProxy, RedisServer};
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+fn lock_with(url: &str, name: &str, ttl: Duration, every: Option<Duration>) -> Lock {
+    let mut builder = Lock::builder(url, name).ttl(ttl);
+    if let Some(every) = every {
+        builder = builder.refresh_interval(every);
+    }
+    builder.build().unwrap()
+}
+
+/// The key's remaining time to live in ms (-2: no such key).
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut server.raw().unwrap())
+        .unwrap()
+}
+
+fn pipe() -> [i32; 2] {
+    let mut fds = [0; 2];
+    // SAFETY: a plain system call on a buffer of two fds.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    fds
+}
+
+/// In a forked child: writes `answer` to the parent and exits at once.
+fn answer_parent(fds: [i32; 2], answer: &str) -> ! {
+    // SAFETY: plain system calls on the pipe this process owns.
+    unsafe {
+        libc::write(fds[1], answer.as_ptr().cast(), answer.len());
+        libc::_exit(0)
+    }
+}
+
+/// What the child answered, or None if it had not ended within `limit`
+/// (it is then killed).
+fn child_answer(pid: i32, fds: [i32; 2], limit: Duration) -> Option<String> {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: plain system calls on the pipe and the child this test made.
+    unsafe { libc::close(fds[1]) };
+    let mut reader = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
+    let started = Instant::now();
+    let mut status = 0;
+    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+        if started.elapsed() > limit {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            return None;
+        }
+        std::thread::sleep(MS(1));
+    }
+    let mut answer = String::new();
+    let _ = reader.read_to_string(&mut answer);
+    Some(answer)
+}
+
+// --------------------------------------------------------------- findings
+
+/// FINDING 1 (pid cache): a child made by a fork that runs no
+/// `pthread_atfork` handlers acts as its parent: it releases the parent's
+/// lock.
+///
+/// `crate::pid::current()` (core/src/pid.rs) keeps the process id in a
+/// static and relies on a `pthread_atfork` child handler to forget it.
+/// A fork that runs no atfork handlers keeps the parent's id in the child:
+/// the raw `fork`/`clone` system call (`syscall(SYS_fork)`, as sandboxes
+/// and some runtimes do), glibc's `_Fork()` (the async-signal-safe fork,
+/// glibc 2.34), or `vfork`. Before b1a3b03 every fork check asked the
+/// kernel (`std::process::id()`), which is right whatever made the child.
+///
+/// Sequence: the parent holds a lock (ttl 10 s); it forks with
+/// `syscall(SYS_fork)`; the child drops the guard it inherited, as a
+/// child leaving a `with` block entered before the fork would, and exits.
+/// Observed on b1a3b03: the child finds the hold its own (same cached
+/// pid), releases it on Redis over the parent's pooled connection, and
+/// the parent, still holding its guard and told nothing, no longer owns
+/// the lock: a rival takes it while the parent's guard is healthy (two
+/// holders). Expected (as on 7f5d0d2): the child's drop changes nothing,
+/// the parent still owns the lock and a rival is refused.
+#[test]
+fn a_child_forked_without_atfork_handlers_never_releases_its_parents_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let lock = lock_with(&url, "raw-fork", Duration::from_secs(10), None);
+    let guard = lock.acquire(Some(Duration::from_secs(2))).unwrap();
+    let fds = pipe();
+    // SAFETY: the child only drops the guard, writes to the pipe and
+    // exits; the raw system call runs no atfork handler (that is the
+    // point).
+    let pid = unsafe { libc::syscall(libc::SYS_fork) } as i32;
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        drop(guard);
+        answer_parent(fds, "dropped");
+    }
+    let answer = child_answer(pid, fds, Duration::from_secs(10));
+    assert_eq!(answer.as_deref(), Some("dropped"), "the child hung");
+    let rival = lock_with(&url, "raw-fork", Duration::from_secs(10), None);
+    let rival_guard = rival.try_acquire().unwrap();
+    assert!(
+        rival_guard.is_none() && lock.owned().unwrap(),
+        "the child released its parent's lock: a rival holds it ({}) while the parent's guard \
+         says healthy={}",
+        rival_guard.is_some(),
+        guard.healthy()
+    );
+    guard.check_health().unwrap();
+}
+
+// --------------------------------------------------------------- coverage
+
+/// Checked: the dispatcher's look kept ahead (schedule.rs `dispatch`).
+/// Suspected: after a burst of locks taken and released before their
+/// first refresh (the schedule emptied behind a look still ahead, and
+/// put_back no longer notifying for a later look), a lock then held for
+/// several ttls would miss its first refresh and run out while its guard
+/// says healthy. Sequence, for three rounds: 300 acquire/release cycles
+/// of several locks with small pauses (crossing grid points), then one
+/// lock (ttl 600 ms, refreshed every 100 ms) held for 2 s. Its holders key
+/// must keep a ttl, a rival must be refused throughout, and the guard
+/// stays healthy. Correct on b1a3b03.
+#[test]
+fn a_lock_held_after_a_burst_of_short_holds_is_refreshed_on_time() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let short: Vec<Lock> = (0..4)
+        .map(|i| lock_with(&url, &format!("burst-{i}"), MS(600), Some(MS(100))))
+        .collect();
+    let long = lock_with(&url, "burst-long", MS(600), Some(MS(100)));
+    let rival = lock_with(&url, "burst-long", MS(600), None);
+    for round in 0..3u64 {
+        for cycle in 0..300u64 {
+            let lock = &short[(cycle % 4) as usize];
+            let guard = lock.acquire(Some(MS(500))).unwrap();
+            if cycle % 37 == round {
+                std::thread::sleep(MS(cycle % 7 * 3));
+            }
+            assert!(guard.release().unwrap());
+        }
+        let guard = long.acquire(Some(MS(500))).unwrap();
+        let until = Instant::now() + MS(2000);
+        while Instant::now() < until {
+            assert!(
+                rival.try_acquire().unwrap().is_none(),
+                "round {round}: lost"
+            );
+            assert!(pttl(&server, "lockyard:{burst-long}:holders") > 0);
+            guard.check_health().unwrap();
+            std::thread::sleep(MS(50));
+        }
+        assert!(guard.release().unwrap(), "round {round}: ran out");
+    }
+}
+
+/// Checked: the read timeout a pooled connection remembers
+/// (`NodeConnection::set_read_timeout`). Suspected: a request with a
+/// short deadline followed by a patient one on the same connection (or
+/// the reverse) would wait by the other's timeout. Through a proxy that
+/// delays every packet by 150 ms: an acquire given 400 ms (its connection
+/// kept with a shorter timeout) is followed by patient reads that must
+/// succeed, then by an acquire with a 100 ms deadline on a held name that
+/// must give up in time, then by patient reads again. Correct on b1a3b03.
+#[test]
+fn short_and_patient_requests_on_one_pooled_connection_each_get_their_timeout() {
+    let server = RedisServer::start();
+    let proxy = DelayProxy::start(server.port, MS(150));
+    let slow = lock_with(&proxy.url(), "timeouts", Duration::from_secs(10), None);
+    // Warm a pooled connection (connecting takes a few delayed trips).
+    assert!(!slow.locked().unwrap());
+    for _ in 0..3 {
+        let guard = slow.acquire(Some(Duration::from_secs(3))).unwrap();
+        assert!(slow.locked().unwrap(), "a patient read after a short one");
+        assert!(slow.owned().unwrap());
+        assert!(guard.release().unwrap());
+    }
+    let direct = lock_with(&server.url(), "timeouts", Duration::from_secs(10), None);
+    let held = direct.acquire(None).unwrap();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let tried = slow.acquire(Some(MS(100)));
+        assert!(
+            matches!(
+                tried,
+                Err(Error::Timeout { .. }) | Err(Error::Backend { .. })
+            ),
+            "{:?}",
+            tried.as_ref().err()
+        );
+        assert!(
+            started.elapsed() < MS(1500),
+            "a 100 ms acquire took {:?}",
+            started.elapsed()
+        );
+        assert!(slow.locked().unwrap(), "a patient read after a short one");
+    }
+    assert!(held.release().unwrap());
+}
+
+/// Checked: the renumbered ARGV of every script on their rarely run
+/// paths, through the public API on one server: a session-bound lock with
+/// a value (`bound`, holder.lua, state.lua's value), an election's terms
+/// and leader, a lost session's lock_delay (`delay`), a WaitGroup slot
+/// adopted by another object (`owners`, refresh by a refresher id), wait()
+/// (watch.lua) woken by the last done, a waiter's timeout (cancel.lua and
+/// its tombstone), force_release, and fencing tokens that only grow
+/// across the fast and full paths. Correct on b1a3b03.
+#[test]
+fn every_script_path_keeps_its_arguments() {
+    let server = RedisServer::start();
+    let url = server.url();
+
+    // Sessions: bound, value, holder, inspect.
+    let session = Session::builder(&url)
+        .ttl(MS(2000))
+        .behavior(Behavior::Release)
+        .build()
+        .unwrap();
+    let bound = Lock::builder(&url, "bound")
+        .session(&session)
+        .value("worker-1")
+        .build()
+        .unwrap();
+    let guard = bound.try_acquire().unwrap().expect("free");
+    assert_eq!(holder(&url, "bound").unwrap().as_deref(), Some("worker-1"));
+    let state = inspect(&url, "bound").unwrap();
+    assert_eq!(state.holders.len(), 1);
+    assert_eq!(state.holders[0].value.as_deref(), Some("worker-1"));
+    assert_eq!(state.limit, Some(1));
+    drop(guard);
+
+    // Elections: terms and leader.
+    let a = Election::new(&url, "elect", &session).unwrap();
+    let other = Session::builder(&url).ttl(MS(2000)).build().unwrap();
+    let b = Election::new(&url, "elect", &other).unwrap();
+    assert!(a.campaign("node-a", Some(Duration::ZERO)).unwrap());
+    assert_eq!(b.leader().unwrap().as_deref(), Some("node-a"));
+    let first_term = a.fencing_token().unwrap();
+    assert!(!b.campaign("node-b", Some(Duration::ZERO)).unwrap());
+    assert!(a.resign().unwrap());
+    assert!(b.campaign("node-b", Some(Duration::from_secs(2))).unwrap());
+    assert!(b.fencing_token().unwrap() > first_term);
+    assert_eq!(a.leader().unwrap().as_deref(), Some("node-b"));
+
+    // A lost session's lock_delay.
+    let lost = Session::builder(&url)
+        .ttl(MS(300))
+        .behavior(Behavior::Delete)
+        .lock_delay(MS(800))
+        .build()
+        .unwrap();
+    let delayed = Lock::builder(&url, "delayed")
+        .session(&lost)
+        .build()
+        .unwrap();
+    let _delayed_guard = delayed.try_acquire().unwrap().unwrap();
+    let mut raw = server.raw().unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg("lockyard:{delayed}:holders")
+        .arg(0)
+        .arg(-1)
+        .query(&mut raw)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("lockyard:{delayed}:holders")
+        .arg("XX")
+        .arg(secs * 1000 + micros / 1000)
+        .arg(&members[0])
+        .query(&mut raw)
+        .unwrap();
+    eventually(MS(2000), "the session notices", || !lost.healthy());
+    let next = Lock::builder(&url, "delayed").build().unwrap();
+    assert!(next.try_acquire().unwrap().is_none(), "barred by the delay");
+    assert!(inspect(&url, "delayed").unwrap().lock_delay.is_some());
+    let after = next.acquire(Some(Duration::from_secs(3))).unwrap();
+    drop(after);
+
+    // A WaitGroup slot adopted by another object.
+    let group = WaitGroup::builder(&url, "group", 2)
+        .ttl(MS(600))
+        .build()
+        .unwrap();
+    let adopter = WaitGroup::builder(&url, "group", 2)
+        .ttl(MS(600))
+        .build()
+        .unwrap();
+    let token = group.add(Some(Duration::from_secs(2)), &|| false).unwrap();
+    assert!(adopter.adopt(&token).unwrap());
+    eventually(MS(2000), "the adder learns of the adoption", || {
+        !group.healthy(&token)
+    });
+    std::thread::sleep(MS(1200));
+    assert!(adopter.healthy(&token), "the adopter keeps it alive");
+    assert_eq!(group.count().unwrap(), 1);
+
+    // wait() woken by the last done.
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| group.wait(Some(Duration::from_secs(5))).unwrap());
+        std::thread::sleep(MS(300));
+        assert!(adopter.done(&token).unwrap());
+        assert!(waiting.join().unwrap(), "wait() not woken");
+    });
+
+    // A waiter's timeout (cancel), then the name is free for a new one.
+    let held = lock_with(&url, "cancelled", Duration::from_secs(10), None);
+    let held_guard = held.acquire(None).unwrap();
+    let waiter = lock_with(&url, "cancelled", Duration::from_secs(10), None);
+    assert!(matches!(
+        waiter.acquire(Some(MS(200))),
+        Err(Error::Timeout { .. })
+    ));
+    assert_eq!(inspect(&url, "cancelled").unwrap().waiters, 0);
+    assert!(held_guard.release().unwrap());
+    let taken = waiter.acquire(Some(MS(500))).unwrap();
+    let fence = taken.fencing_token();
+
+    // force_release, then fencing tokens keep growing on both paths.
+    assert_eq!(force_release(&url, "cancelled").unwrap(), 1);
+    assert!(!waiter.owned().unwrap());
+    eventually(MS(3000), "the forced-out holder turns unhealthy", || {
+        !taken.healthy()
+    });
+    drop(taken);
+    let mut last = fence;
+    for round in 0..20 {
+        let guard = held.acquire(Some(MS(500))).unwrap();
+        let now = guard.fencing_token();
+        assert!(now > last, "round {round}: fence {now} after {last}");
+        last = now;
+        if round % 2 == 0 {
+            // The full path next time: a waiter makes the name busy.
+            let _ = waiter.acquire(Some(MS(20)));
+        }
+        assert!(guard.release().unwrap());
+    }
+}
