@@ -355,3 +355,187 @@ fn every_script_path_keeps_its_arguments() {
         assert!(guard.release().unwrap());
     }
 }
+
+/// Checked: a grant handed to a waiter just as its slot starts to move
+/// between Cluster masters (every script refused with TRYAGAIN while the
+/// slot is half-moved, so the waiter's take-up cannot land). Sequence: H
+/// holds a lock, W waits for it (15 s); H releases, and the migration
+/// begins at once; it lasts 1.5 s (keys on the source, then moved), then
+/// ends. Whatever W got, never two holders: whenever a rival R is granted,
+/// W's guard is no longer healthy; and nothing is stuck: within 10 s of
+/// the move's end, W holds the lock healthy or R can take it. Correct on
+/// b1a3b03.
+#[test]
+fn a_grant_handed_over_as_its_slot_begins_to_move_is_never_held_twice() {
+    let cluster = support::RedisCluster::start();
+    let seed = cluster.ports()[0];
+    let url = cluster.url_of(seed);
+    let name = (0..)
+        .map(|i| format!("handed-{i}"))
+        .find(|name| cluster.node_of(&format!("lockyard:{{{name}}}:holders")) == seed)
+        .unwrap();
+    let key = format!("lockyard:{{{name}}}:holders");
+    let (slot, from) = (cluster.slot_of(&key), cluster.node_of(&key));
+    let to = *cluster.masters().iter().find(|&&p| p != from).unwrap();
+    let build = || {
+        Lock::builder(&url, &name)
+            .ttl(MS(3000))
+            .max_refresh_fails(20)
+            .build()
+            .unwrap()
+    };
+    let (h, w, r) = (build(), build(), build());
+    let held = h.acquire(Some(MS(2000))).unwrap();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let got = w.acquire(Some(Duration::from_secs(15)));
+            let Ok(guard) = got else {
+                return format!("waiter: {:?}", got.err());
+            };
+            // Hold it for a while, watching for a rival.
+            let until = Instant::now() + MS(6000);
+            while Instant::now() < until {
+                let healthy_before = guard.healthy();
+                if let Some(rival) = r.try_acquire().ok().flatten() {
+                    if healthy_before && guard.healthy() {
+                        return "two holders".to_owned();
+                    }
+                    drop(rival);
+                    return "lost, then taken by the rival".to_owned();
+                }
+                std::thread::sleep(MS(30));
+            }
+            format!("held healthy={}", guard.healthy())
+        });
+        std::thread::sleep(MS(500));
+        assert!(held.release().unwrap());
+        cluster.begin_migration(slot, from, to);
+        std::thread::sleep(MS(700));
+        cluster.migrate_slot_keys(slot, from, to);
+        std::thread::sleep(MS(800));
+        cluster.finish_migration(slot, to);
+        let outcome = waiter.join().unwrap();
+        eprintln!("waiter: {outcome}");
+        assert_ne!(outcome, "two holders");
+        if outcome != "held healthy=true" {
+            eventually(Duration::from_secs(10), "the name frees", || {
+                r.try_acquire().ok().flatten().is_some()
+            });
+        }
+    });
+}
+
+/// Checked: pipelined refreshes, a session's renewal and an election while
+/// one of their slots is half-moved between Cluster masters (its scripts
+/// refused with TRYAGAIN, the other names' refreshes in the same pipeline
+/// answered). Sequence: twelve locks on one master (ttl 3 s, refreshed
+/// every 100 ms, so their refreshes go out in pipelines), an election led
+/// under a session (ttl 3 s) on a name of that master; the slot of one
+/// lock and of the election is half-moved for 1.5 s, then the move ends.
+/// Throughout and after, every lock stays healthy and owned, a rival is
+/// refused everywhere, and the leader stays the leader. Correct on
+/// b1a3b03.
+#[test]
+fn pipelined_refreshes_and_an_election_ride_out_a_half_moved_slot() {
+    let cluster = support::RedisCluster::start();
+    let seed = cluster.ports()[0];
+    let url = cluster.url_of(seed);
+    let served = |prefix: &str, count: usize| -> Vec<String> {
+        (0..)
+            .map(|i| format!("{prefix}-{i}"))
+            .filter(|name| cluster.node_of(&format!("lockyard:{{{name}}}:holders")) == seed)
+            .take(count)
+            .collect()
+    };
+    let names = served("piped", 12);
+    let locks: Vec<Lock> = names
+        .iter()
+        .map(|name| {
+            Lock::builder(&url, name)
+                .ttl(MS(3000))
+                .refresh_interval(MS(100))
+                .max_refresh_fails(20)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let guards: Vec<_> = locks
+        .iter()
+        .map(|l| l.acquire(Some(MS(2000))).unwrap())
+        .collect();
+    let session = Session::builder(&url).ttl(MS(3000)).build().unwrap();
+    let elected = served("elected", 1).remove(0);
+    let leader = Election::new(&url, &elected, &session).unwrap();
+    assert!(leader.campaign("leader", Some(MS(2000))).unwrap());
+    let rival_session = Session::builder(&url).ttl(MS(3000)).build().unwrap();
+    let rival_election = Election::new(&url, &elected, &rival_session).unwrap();
+    let moved = [names[5].clone(), elected.clone()];
+    for name in &moved {
+        let key = format!("lockyard:{{{name}}}:holders");
+        let (slot, from) = (cluster.slot_of(&key), cluster.node_of(&key));
+        let to = *cluster.masters().iter().find(|&&p| p != from).unwrap();
+        cluster.begin_migration(slot, from, to);
+        let until = Instant::now() + MS(1500);
+        while Instant::now() < until {
+            for guard in &guards {
+                guard.check_health().unwrap();
+            }
+            assert!(leader.is_leader());
+            std::thread::sleep(MS(100));
+        }
+        cluster.migrate_slot_keys(slot, from, to);
+        cluster.finish_migration(slot, to);
+    }
+    std::thread::sleep(MS(3500));
+    for (guard, lock) in guards.iter().zip(&locks) {
+        guard.check_health().unwrap();
+        assert!(lock.owned().unwrap());
+    }
+    for name in &names {
+        let rival = Lock::builder(&url, name).build().unwrap();
+        assert!(rival.try_acquire().unwrap().is_none(), "{name} held twice");
+    }
+    assert!(leader.is_leader());
+    leader.check_health().unwrap();
+    assert!(!rival_election.campaign("rival", Some(MS(200))).unwrap());
+    assert_eq!(rival_election.leader().unwrap().as_deref(), Some("leader"));
+}
+
+/// Checked: a grant handed over to a waiter (due for its take-up at once,
+/// within the 2 s handoff window) while the dispatcher looks far ahead
+/// (another lock's first refresh 10 s away) and after a burst of locks
+/// taken and released emptied the schedule behind that look. Put back
+/// due now, it must wake the dispatcher: B, handed the lock, still owns it
+/// 4 s later (past the handoff window), healthy, and a rival is refused.
+/// Correct on b1a3b03.
+#[test]
+fn a_handed_over_grant_is_taken_up_while_the_dispatcher_looks_far_ahead() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let far = lock_with(&url, "far", Duration::from_secs(30), None);
+    let _far_guard = far.acquire(Some(MS(2000))).unwrap();
+    let burst = lock_with(&url, "burst", Duration::from_secs(30), None);
+    for _ in 0..50 {
+        assert!(burst.acquire(Some(MS(500))).unwrap().release().unwrap());
+    }
+    let a = lock_with(&url, "handed", Duration::from_secs(30), None);
+    let b = lock_with(&url, "handed", Duration::from_secs(30), None);
+    let rival = lock_with(&url, "handed", Duration::from_secs(30), None);
+    let held = a.acquire(Some(MS(2000))).unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let guard = b.acquire(Some(Duration::from_secs(10))).unwrap();
+            std::thread::sleep(MS(4000));
+            let healthy = guard.healthy();
+            let taken = rival.try_acquire().unwrap().is_some();
+            (healthy, taken, b.owned().unwrap())
+        });
+        std::thread::sleep(MS(300));
+        assert!(held.release().unwrap());
+        let (healthy, taken, owned) = waiting.join().unwrap();
+        assert!(
+            healthy && !taken && owned,
+            "healthy {healthy}, taken by a rival {taken}, owned {owned}"
+        );
+    });
+}
