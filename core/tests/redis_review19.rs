@@ -539,3 +539,120 @@ fn a_handed_over_grant_is_taken_up_while_the_dispatcher_looks_far_ahead() {
         );
     });
 }
+
+/// One trial of [`a_child_forked_while_lockyard_first_asks_its_pid_does_not_hang`],
+/// in a process of its own (lockyard not yet used in it): a thread makes
+/// lockyard's first call while the main thread forks children that make
+/// theirs. Prints how many children hung.
+fn first_call_fork_trial() {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let other = barrier.clone();
+    let first = std::thread::spawn(move || {
+        other.wait();
+        lockyard::note_process_start();
+    });
+    barrier.wait();
+    let mut children = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < MS(3) && children.len() < 64 {
+        // SAFETY: the child makes one lockyard call and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            lockyard::note_process_start();
+            unsafe { libc::_exit(0) };
+        }
+        children.push(pid);
+    }
+    first.join().unwrap();
+    // Every child ends at once unless it hangs: 2 s for all of them.
+    let waited = Instant::now();
+    let mut left = children;
+    while !left.is_empty() && waited.elapsed() < MS(2000) {
+        let mut status = 0;
+        left.retain(|&pid| unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0);
+        std::thread::sleep(MS(1));
+    }
+    let hung = left.len();
+    if let Some(pid) = left.first() {
+        // Where it hangs, when gdb is there.
+        if let Ok(out) = std::process::Command::new("gdb")
+            .args(["-batch", "-p", &pid.to_string(), "-ex", "bt 16"])
+            .output()
+        {
+            let text = String::from_utf8_lossy(&out.stdout);
+            for frame in text.lines().filter(|l| l.starts_with('#')) {
+                println!("HUNG CHILD {frame}");
+            }
+        }
+    }
+    for pid in left {
+        let mut status = 0;
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+    }
+    println!("HUNG={hung}");
+}
+
+/// FINDING 2 (pid cache): a child forked while another thread makes
+/// lockyard's first call in the process hangs at its own first call.
+///
+/// `pid::current()` registers its `pthread_atfork` handler inside a
+/// `OnceLock` on the first call (and `note_process_start` calls it inside
+/// another `OnceLock`, `STARTED_IN`). `pthread_atfork` takes glibc's atfork
+/// lock, which `fork()` holds across the fork: a fork waiting for it goes
+/// ahead the moment the registration releases it, while the registering
+/// thread is still inside both `get_or_init` calls. The child inherits the
+/// two `OnceLock`s in their "running" state with no thread to finish them,
+/// and its first lockyard call (any lock built, or `note_process_start`)
+/// waits on them forever. Before b1a3b03 `STARTED_IN` ran only `getpid`
+/// (no lock shared with fork), and every fork check asked the kernel.
+///
+/// Sequence, in fresh processes (this test binary re-run): one thread
+/// calls `lockyard::note_process_start()` while the main thread forks
+/// children that call it too and exit. Expected: no child ever hangs.
+/// Observed on b1a3b03: see the count in the failure message.
+#[test]
+fn a_child_forked_while_lockyard_first_asks_its_pid_does_not_hang() {
+    if std::env::var_os("REVIEW19_FIRST_CALL_TRIAL").is_some() {
+        first_call_fork_trial();
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let (mut hung, mut trials, mut stack) = (0, 0, String::new());
+    let started = Instant::now();
+    while trials < 200 && started.elapsed() < Duration::from_secs(40) {
+        trials += 1;
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "a_child_forked_while_lockyard_first_asks_its_pid_does_not_hang",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("REVIEW19_FIRST_CALL_TRIAL", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let count: u32 = text
+            .split("HUNG=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(|n| n.parse().unwrap())
+            .unwrap_or_else(|| panic!("no trial outcome: {text}"));
+        hung += count;
+        for frame in text
+            .lines()
+            .filter(|l| l.contains("HUNG CHILD") && l.contains("lockyard"))
+        {
+            stack.push_str(frame);
+            stack.push('\n');
+        }
+        if hung > 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        hung, 0,
+        "{hung} child(ren) hung at their first lockyard call ({trials} trials), in:\n{stack}"
+    );
+}
