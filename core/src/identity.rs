@@ -5,8 +5,7 @@
 
 use std::cell::Cell;
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
@@ -19,19 +18,31 @@ thread_local! {
 
 /// The process this copy of lockyard started in: a forked child inherits
 /// its parent's, a program started afresh (a restart, `exec`) has its own.
-static STARTED_IN: OnceLock<u32> = OnceLock::new();
+/// 0 until noted. An atomic, not a `OnceLock`: a child forked while
+/// another thread ran the lock's initialiser would find it running for
+/// good, and wait forever at its first call.
+static STARTED_IN: AtomicU32 = AtomicU32::new(0);
+
+/// The process noted as the start, noting this one if none was.
+fn started_in() -> u32 {
+    let pid = crate::pid::current();
+    match STARTED_IN.compare_exchange(0, pid, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => pid,
+        Err(noted) => noted,
+    }
+}
 
 /// Notes the process lockyard runs in, if not noted yet. Bindings call it
 /// when they are loaded, and every lock built calls it, so a child forked
 /// after either is told apart from a process started afresh.
 pub fn note_process_start() {
-    STARTED_IN.get_or_init(crate::pid::current);
+    started_in();
 }
 
 /// Whether this process was forked from one in which lockyard had run.
 #[cfg(feature = "gcs")]
 pub(crate) fn forked_since_start() -> bool {
-    *STARTED_IN.get_or_init(crate::pid::current) != crate::pid::current()
+    started_in() != crate::pid::current()
 }
 
 /// Runs `f` with `key` naming the calling holder instead of the OS thread.
