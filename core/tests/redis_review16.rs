@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use lockyard::redis::{force_release, refresh_exchanges, Lock, Session};
+use support::fork::{answer_parent, child_answer, pipe};
 use support::{eventually, RedisCluster, RedisServer, SentinelSet};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -395,45 +396,6 @@ fn a_lock_whose_slot_moves_while_held_is_refreshed_on_its_new_node() {
 }
 
 // ------------------------------------------------------------------- fork
-
-fn pipe() -> [i32; 2] {
-    let mut fds = [0; 2];
-    // SAFETY: a plain system call on a buffer of two fds.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    fds
-}
-
-/// In a forked child: writes `answer` to the parent and exits at once.
-fn answer_parent(fds: [i32; 2], answer: &str) -> ! {
-    // SAFETY: plain system calls on the pipe this process owns.
-    unsafe {
-        libc::write(fds[1], answer.as_ptr().cast(), answer.len());
-        libc::_exit(0)
-    }
-}
-
-/// What the child answered, or None if it had not ended within `limit`
-/// (it is then killed).
-fn child_answer(pid: i32, fds: [i32; 2], limit: Duration) -> Option<String> {
-    use std::io::Read;
-    use std::os::fd::{FromRawFd, OwnedFd};
-    // SAFETY: plain system calls on the pipe and the child this test made.
-    unsafe { libc::close(fds[1]) };
-    let mut reader = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
-    let started = Instant::now();
-    let mut status = 0;
-    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
-        if started.elapsed() > limit {
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            return None;
-        }
-        std::thread::sleep(MS(1));
-    }
-    let mut seen = String::new();
-    reader.read_to_string(&mut seen).unwrap();
-    Some(seen)
-}
 
 /// Suspected: a child forked while the parent's refreshes gather (the
 /// table is held across fork, its entries are the parent's) could hang

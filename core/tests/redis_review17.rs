@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockyard::redis::{Lock, WaitGroup};
+use support::fork::{answer_parent, child_answer, pipe};
 use support::{eventually, RedisCluster, RedisServer, StallProxy};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -370,60 +371,6 @@ fn locks_held_through_a_resharding_stay_refreshed() {
 }
 
 // ------------------------------------------------------------ fork
-
-fn pipe() -> [i32; 2] {
-    let mut fds = [0; 2];
-    // SAFETY: a plain system call on a buffer of two fds.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    fds
-}
-
-/// In a forked child: writes `answer` to the parent and exits at once.
-fn answer_parent(fds: [i32; 2], answer: &str) -> ! {
-    // SAFETY: plain system calls on the pipe this process owns.
-    unsafe {
-        libc::write(fds[1], answer.as_ptr().cast(), answer.len());
-        libc::_exit(0)
-    }
-}
-
-/// What the child answered, or None if it had not ended within `limit`
-/// (it is then killed, after its threads' stacks are printed when gdb is
-/// there).
-fn child_answer(pid: i32, fds: [i32; 2], limit: Duration) -> Option<String> {
-    use std::io::Read;
-    use std::os::fd::{FromRawFd, OwnedFd};
-    // SAFETY: plain system calls on the pipe and the child this test made.
-    unsafe { libc::close(fds[1]) };
-    let mut reader = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
-    let started = Instant::now();
-    let mut status = 0;
-    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
-        if started.elapsed() > limit {
-            if let Ok(out) = std::process::Command::new("gdb")
-                .args([
-                    "-batch",
-                    "-p",
-                    &pid.to_string(),
-                    "-ex",
-                    "thread apply all bt 12",
-                ])
-                .output()
-            {
-                let text = String::from_utf8_lossy(&out.stdout);
-                let frames: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
-                eprintln!("stacks of the hung child {pid}:\n{}", frames.join("\n"));
-            }
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            return None;
-        }
-        std::thread::sleep(MS(1));
-    }
-    let mut seen = String::new();
-    reader.read_to_string(&mut seen).unwrap();
-    Some(seen)
-}
 
 /// Checks: forked children, forked while the parent's dispatcher and
 /// refreshes are busy (12 locks refreshed every 2 ms, some re-taken
