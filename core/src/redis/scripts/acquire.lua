@@ -14,6 +14,8 @@ local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[5]), tonumber(ARGV[6]),
 -- it, no lock_delay runs, no value was left behind) taken outside a
 -- session, by a request its caller has not given up on. Its grant is the
 -- short form (see `holders` in the prelude), which expires with the lease.
+-- The keys this fast path uses beside holders (rules.lua names them too).
+fence_key, wake_prefix = prefix .. 'fence', prefix .. 'wake:'
 if binding_meta == '' and redis.call('EXISTS', holders, prefix .. 'shape', prefix .. 'queue',
     prefix .. 'delay', prefix .. 'value', prefix .. 'watchers', wake_prefix .. token .. ':gone') == 0 then
   read_clock()

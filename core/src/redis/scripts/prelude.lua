@@ -49,9 +49,9 @@
 -- fast path pays for its own commands and for nothing else.
 redis.replicate_commands()
 local prefix, holders = KEYS[1], KEYS[2]
-local fence_key, wake_prefix = prefix .. 'fence', prefix .. 'wake:'
 -- Named where the rules begin (rules.lua); a fast path names what it uses.
-local grants, queue, leases, watchers, bound, delay_key, value_key, terms, shape_key, owners
+local grants, queue, leases, fence_key, watchers, bound, delay_key, value_key, terms, shape_key, owners
+local wake_prefix
 local limit, fence_base = tonumber(ARGV[1]), tonumber(ARGV[2])
 local recorded_shape, now_ms, now_us
 

@@ -2,6 +2,7 @@
 -- every script's full path.
 
 grants, queue, leases, watchers = prefix .. 'grants', prefix .. 'queue', prefix .. 'leases', prefix .. 'watchers'
+fence_key, wake_prefix = prefix .. 'fence', prefix .. 'wake:'
 bound, delay_key, value_key, terms = prefix .. 'bound', prefix .. 'delay', prefix .. 'value', prefix .. 'terms'
 shape_key, owners = prefix .. 'shape', prefix .. 'owners'
 
