@@ -70,6 +70,13 @@ fn schedule() -> MutexGuard<'static, Option<Schedule>> {
     SCHEDULE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `change` applied to this process's schedule, if it has one (a forked
+/// child's inherited schedule is its parent's).
+fn in_own_schedule<R>(change: impl FnOnce(&mut Schedule) -> R) -> Option<R> {
+    let pid = crate::pid::current();
+    schedule().as_mut().filter(|s| s.pid == pid).map(change)
+}
+
 /// The schedule, locked for `fork` (see `runtime::held_across_fork`).
 pub(crate) fn lock_for_fork() -> impl std::any::Any {
     schedule()
@@ -171,13 +178,11 @@ impl Drop for Scheduled {
         if self.pid != crate::pid::current() {
             return;
         }
-        let mut guard = schedule();
-        let Some(schedule) = guard.as_mut().filter(|s| s.pid == self.pid) else {
-            return;
-        };
-        if let Some(Some((at, _))) = schedule.waiting.remove(&self.id) {
-            schedule.due.remove(&(at, self.id));
-        }
+        in_own_schedule(|schedule| {
+            if let Some(Some((at, _))) = schedule.waiting.remove(&self.id) {
+                schedule.due.remove(&(at, self.id));
+            }
+        });
     }
 }
 
@@ -307,20 +312,12 @@ fn settle(id: u64, mut kept: Kept, sent: Stamp, renewed: Result<Vec<i64>>) {
         true => on_the_grid(kept.keep.next_try(None), &kept.slots.lease),
         false => Instant::now() + first_refresh_retry(&kept.slots.lease),
     };
-    if let Some(schedule) = schedule()
-        .as_mut()
-        .filter(|s| s.pid == crate::pid::current())
-    {
-        schedule.put_back(id, next, kept);
-    }
+    in_own_schedule(|schedule| schedule.put_back(id, next, kept));
 }
 
 /// Whether record `id`'s handle is still held in this process.
 fn still_kept(id: u64) -> bool {
-    schedule()
-        .as_ref()
-        .filter(|s| s.pid == crate::pid::current())
-        .is_some_and(|s| s.waiting.contains_key(&id))
+    in_own_schedule(|schedule| schedule.waiting.contains_key(&id)).unwrap_or(false)
 }
 
 /// When a refresh due `after` from now is sent: at the last point at or
