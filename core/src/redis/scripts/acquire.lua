@@ -8,24 +8,31 @@
 --         {0, 0, earliest holder deadline (or end of a lock_delay) ms, now ms} when not, or
 --         {-1, recorded kind, recorded limit, now ms} when the name is held or
 --         awaited as another kind or with another limit.
-local token, ttl_ms = ARGV[3], tonumber(ARGV[4])
-local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 -- Fast path: a name with no record at all (nobody holds, waits or watches
 -- it, no lock_delay runs, no value was left behind) taken outside a
 -- session, by a request its caller has not given up on. Its grant is the
 -- short form (see `holders` in the prelude), which expires with the lease.
--- The keys this fast path uses beside holders (rules.lua names them too).
-fence_key, wake_prefix = prefix .. 'fence', prefix .. 'wake:'
-if binding_meta == '' and redis.call('EXISTS', holders, prefix .. 'shape', prefix .. 'queue',
-    prefix .. 'delay', prefix .. 'value', prefix .. 'watchers', wake_prefix .. token .. ':gone') == 0 then
-  read_clock()
+-- It runs before the prelude's helpers exist: read_clock and next_fence
+-- are spelled out. The keys it uses beside holders (rules.lua names them
+-- too) are named here.
+if ARGV[7] == '' and redis.call('EXISTS', holders, prefix .. 'shape', prefix .. 'queue', prefix .. 'delay',
+    prefix .. 'value', prefix .. 'watchers', prefix .. 'wake:' .. ARGV[3] .. ':gone') == 0 then
+  local clock = redis.call('TIME')
+  local seconds, micros = tonumber(clock[1]), tonumber(clock[2])
+  local now_ms = seconds * 1000 + math.floor(micros / 1000)
+  local ttl_ms = tonumber(ARGV[4])
+  local fence_key = prefix .. 'fence'
+  local fence = math.max(tonumber(redis.call('GET', fence_key) or '0') + 1, seconds * 1000000 + micros + tonumber(ARGV[2]))
+  local fence_text = string.format('%d', fence)
+  redis.call('SET', fence_key, fence_text, 'PX', string.format('%d', ttl_ms + 3600000))
   local deadline = now_ms + ttl_ms
-  local fence, fence_text = next_fence(ttl_ms)
-  redis.call('SET', holders, ARGV[8] .. ' ' .. ARGV[1] .. ' ' .. fence_text .. ' ' .. int(deadline) .. ' ' .. token,
-    'PX', ARGV[4])
+  redis.call('SET', holders, ARGV[8] .. ' ' .. ARGV[1] .. ' ' .. fence_text .. ' ' .. string.format('%d', deadline)
+    .. ' ' .. ARGV[3], 'PX', ARGV[4])
   return {1, fence, deadline, now_ms}
 end
 -- [rules]
+local token, ttl_ms = ARGV[3], tonumber(ARGV[4])
+local lease_ms, handoff_ms, binding_meta = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 settle()
 purge_expired()
 -- Its caller gave up on this request before it arrived (cancel.lua): it

@@ -43,12 +43,14 @@
 --         seeded; 0 on a plain server, the failover epoch << 32 behind
 --         Sentinel (see next_fence)
 -- All deadlines come from this server's clock, never from a client's.
--- A script is this prelude, the body's fast path if it has one, then
--- rules.lua and the rest of the body, which starts with settle(): the
--- prelude sends no command and defines only what a fast path uses, so a
--- fast path pays for its own commands and for nothing else.
+-- A script is the two lines below, the body's fast path if it has one,
+-- the rest of this prelude, rules.lua and the rest of the body, which
+-- starts with settle(). A fast path runs before Lua has built any of the
+-- helpers below: building them cost a fast path a fifth of its time
+-- inside redis-server, so a fast path spells out what it needs of them.
 redis.replicate_commands()
 local prefix, holders = KEYS[1], KEYS[2]
+-- [fast path]
 -- Named where the rules begin (rules.lua); a fast path names what it uses.
 local grants, queue, leases, fence_key, watchers, bound, delay_key, value_key, terms, shape_key, owners
 local wake_prefix
@@ -84,22 +86,9 @@ local function sole_holder(record)
   return kind_limit, fence, tonumber(deadline), token
 end
 
--- The kind and limit ("<kind> <limit>") and the fence of the short form
--- when `token` alone holds the name in it, its lease not run out; nil
--- otherwise. The key may outlive its deadline by a millisecond: a grant
--- found past it is left to the full path, which purges it.
-local function held_alone(token)
-  local short = short_form()
-  if not short then return nil end
-  local kind_limit, fence, deadline, sole = sole_holder(short)
-  if sole ~= token then return nil end
-  read_clock()
-  if deadline <= now_ms then return nil end
-  return kind_limit, fence
-end
-
 -- Seeded from server time, so tokens keep increasing even after the counter
--- key expired or Redis restarted without persistence. Behind Sentinel the
+-- key expired or Redis restarted without persistence (acquire.lua's fast
+-- path spells this out: keep the two alike). Behind Sentinel the
 -- fence base adds the failover epoch, so that a promoted replica that missed
 -- the last increments still issues larger tokens than the old master did,
 -- even if its clock is somewhat behind the old master's.

@@ -5,16 +5,22 @@
 -- the slot runs out when the adopter dies, even while the adder lives on.
 -- Returns {1, now ms} when extended, {0, now ms} when the slot is lost,
 --         {2, now ms} when another process adopted it (not extended).
-local token, ttl_ms, refresher = ARGV[3], tonumber(ARGV[4]), ARGV[5]
--- Fast path: still the short form with `token` its sole holder (so nobody
--- adopted its slot): extend it in place.
-local kind_limit, fence = held_alone(token)
-if kind_limit then
-  redis.call('SET', holders, kind_limit .. ' ' .. fence .. ' ' .. int(now_ms + ttl_ms) .. ' ' .. token,
-    'PX', ARGV[4])
-  return {1, now_ms}
+-- Fast path: still the short form with ARGV[3] its sole holder (so nobody
+-- adopted its slot) and its lease not run out: extend it in place.
+-- (held_alone, spelled out: the prelude's helpers come later.)
+local short = redis.pcall('GET', holders)
+if type(short) == 'string' then
+  local kind_limit_fence, deadline, sole = string.match(short, '^(%d+ %d+ %d+) (%d+) (.*)$')
+  local clock = sole == ARGV[3] and redis.call('TIME')
+  local now = clock and tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  if now and tonumber(deadline) > now then
+    redis.call('SET', holders, kind_limit_fence .. ' ' .. string.format('%d', now + tonumber(ARGV[4])) .. ' ' .. sole,
+      'PX', ARGV[4])
+    return {1, now}
+  end
 end
 -- [rules]
+local token, ttl_ms, refresher = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 settle()
 purge_expired()
 if not redis.call('ZSCORE', holders, token) then
