@@ -7,7 +7,7 @@
 //! releasing (or failing to release) the parent's hold.
 
 use std::borrow::Borrow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::Hash;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::health::{self, Health};
 use crate::owners::{self, Holders};
 use crate::runtime;
+use crate::small_map::SmallMap;
 use crate::wait::Deadline;
 
 pub(crate) struct Holds<K, V> {
@@ -24,7 +25,7 @@ pub(crate) struct Holds<K, V> {
 
 struct State<K, V> {
     pid: u32,
-    holds: HashMap<K, V>,
+    holds: SmallMap<K, V>,
     /// What the parent (or an earlier ancestor) held when this process was
     /// forked: blocks this process may still be inside of.
     inherited: HashSet<K>,
@@ -45,7 +46,7 @@ impl<K: Eq + Hash + Clone, V> Holds<K, V> {
         Holds {
             inner: Mutex::new(State {
                 pid: crate::pid::current(),
-                holds: HashMap::new(),
+                holds: SmallMap::default(),
                 inherited: HashSet::new(),
             }),
         }
@@ -91,7 +92,7 @@ impl<K: Eq + Hash + Clone, V> Holds<K, V> {
 pub(crate) struct ProcessHolds<'a, K, V>(MutexGuard<'a, State<K, V>>);
 
 impl<K, V> Deref for ProcessHolds<'_, K, V> {
-    type Target = HashMap<K, V>;
+    type Target = SmallMap<K, V>;
     fn deref(&self) -> &Self::Target {
         &self.0.holds
     }

@@ -81,6 +81,8 @@ pub mod quorum;
 pub mod redis;
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
 mod runtime;
+#[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
+mod small_map;
 #[cfg(any(feature = "redis", feature = "etcd"))]
 mod state;
 #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]

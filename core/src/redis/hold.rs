@@ -20,7 +20,8 @@ pub(crate) const TAKER: &str = "";
 /// One granted slot. Dropping it stops keeping it alive; the slot itself
 /// is given back by `Semaphore::release` or runs out by TTL.
 pub(crate) struct Hold {
-    pub(crate) token: String,
+    /// Shared with its record in the refresh schedule.
+    pub(crate) token: Arc<str>,
     pub(crate) fence: u64,
     pub(crate) health: Arc<Health>,
     _keeper: Keeper,
@@ -39,10 +40,16 @@ impl Hold {
     ) -> Result<Hold> {
         let Some(binding) = &slots.binding else {
             let health = Arc::new(Health::new(valid_until));
-            let scheduled =
-                Kept::start(slots.clone(), token, refresher, health.clone(), refresh_now);
+            let token: Arc<str> = token.into();
+            let scheduled = Kept::start(
+                slots.clone(),
+                token.clone(),
+                refresher,
+                health.clone(),
+                refresh_now,
+            );
             return Ok(Hold {
-                token: token.to_owned(),
+                token,
                 fence,
                 health,
                 _keeper: Keeper::Schedule {
@@ -66,7 +73,7 @@ impl Hold {
             token: token.to_owned(),
         });
         Ok(Hold {
-            token: token.to_owned(),
+            token: token.into(),
             fence,
             health: binding.health(),
             _keeper: Keeper::Session {

@@ -46,7 +46,9 @@ pub(crate) trait Refresh {
 }
 
 /// `refreshes` grouped by the node their route leads to now.
-pub(crate) fn by_node<R: Refresh>(refreshes: Vec<R>) -> Vec<(Arc<Server>, Vec<R>)> {
+pub(crate) fn by_node<R: Refresh>(
+    refreshes: impl IntoIterator<Item = R>,
+) -> Vec<(Arc<Server>, Vec<R>)> {
     let mut nodes: Vec<(Arc<Server>, Vec<R>)> = Vec::new();
     for refresh in refreshes {
         let server = refresh.slots().route.server();

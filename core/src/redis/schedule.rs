@@ -30,8 +30,8 @@ use crate::runtime;
 /// One granted slot kept alive by the schedule.
 pub(crate) struct Kept {
     pub(crate) slots: Arc<Slots>,
-    pub(crate) token: String,
-    pub(crate) refresher: String,
+    pub(crate) token: Arc<str>,
+    pub(crate) refresher: Box<str>,
     pub(crate) health: Arc<Health>,
     keep: KeepAlive,
     /// False for a handed-over grant until its first refresh lands: it
@@ -96,7 +96,7 @@ impl Kept {
     /// has passed.
     pub(crate) fn start(
         slots: Arc<Slots>,
-        token: &str,
+        token: Arc<str>,
         refresher: &str,
         health: Arc<Health>,
         handed_over: bool,
@@ -108,8 +108,8 @@ impl Kept {
         let kept = Kept {
             keep: KeepAlive::new(&slots.lease),
             slots,
-            token: token.to_owned(),
-            refresher: refresher.to_owned(),
+            token,
+            refresher: refresher.into(),
             health,
             taken_up: !handed_over,
         };
@@ -155,19 +155,31 @@ impl Schedule {
         }
     }
 
-    /// Takes out every record due by `now`.
-    fn take_due(&mut self, now: Instant) -> Vec<Record> {
-        let mut taken = Vec::new();
-        while let Some(&(at, id)) = self.due.first() {
+    /// Takes out every record due by `now`: the handed-over grants, and
+    /// the others already grouped by the node their route leads to now
+    /// (so that ten thousand records due at once are moved only once).
+    fn take_due(&mut self, now: Instant) -> (Vec<Record>, Vec<(Arc<Server>, Vec<Record>)>) {
+        let Schedule { due, waiting, .. } = self;
+        let taken = std::iter::from_fn(|| loop {
+            let &(at, id) = due.first()?;
             if at > now {
-                break;
+                return None;
             }
-            self.due.pop_first();
-            if let Some((_, kept)) = self.waiting.get_mut(&id).and_then(Option::take) {
-                taken.push((id, kept));
+            due.pop_first();
+            if let Some((_, kept)) = waiting.get_mut(&id).and_then(Option::take) {
+                return Some((id, kept));
             }
-        }
-        taken
+        });
+        let mut handed_over = Vec::new();
+        let taken_up = taken.filter_map(|(id, kept)| match kept.taken_up {
+            true => Some((id, kept)),
+            false => {
+                handed_over.push((id, kept));
+                None
+            }
+        });
+        let nodes = by_node(taken_up);
+        (handed_over, nodes)
     }
 }
 
@@ -189,30 +201,28 @@ impl Drop for Scheduled {
 /// Refreshes records as they fall due, for as long as the process lives.
 async fn dispatch(notify: Arc<Notify>) {
     loop {
-        let (due, next) = {
+        let (handed_over, nodes, next) = {
             let mut guard = schedule();
             let Some(schedule) = guard.as_mut() else {
                 return;
             };
             let now = Instant::now();
-            let due = schedule.take_due(now);
+            let (handed_over, nodes) = schedule.take_due(now);
             // A look still ahead stays when releases emptied the schedule
             // since it was set: put_back notifies only for an earlier look,
             // so locks taken and released before their first refresh never
             // wake this thread, which would cost each acquire a thread hop.
             let ahead = schedule.looks_at.filter(|&at| at > now);
             schedule.looks_at = schedule.due.first().map(|&(at, _)| at).or(ahead);
-            (due, schedule.looks_at)
+            (handed_over, nodes, schedule.looks_at)
         };
         // A handed-over grant goes alone, each try within its share of the
         // handoff window: a pipeline on a connection gone silent would wait
         // out the whole background timeout, longer than the window lasts.
-        let (taken_up, handed_over): (Vec<_>, Vec<_>) =
-            due.into_iter().partition(|(_, kept)| kept.taken_up);
         for (id, kept) in handed_over {
             drop(tokio::spawn(refresh_alone(id, kept)));
         }
-        for (server, records) in by_node(taken_up) {
+        for (server, records) in nodes {
             drop(tokio::spawn(refresh_on(server, records)));
         }
         match next {
@@ -234,16 +244,16 @@ type Record = (u64, Kept);
 /// refresh the pipeline did not settle goes alone along its route.
 async fn refresh_on(server: Arc<Server>, mut records: Vec<Record>) {
     while !records.is_empty() {
-        let rest = records.split_off(records.len().min(MOST_IN_ONE));
+        // From the tail: only the pipeline's own records move.
+        let batch = records.split_off(records.len().saturating_sub(MOST_IN_ONE));
         let sent = Stamp::now();
-        let replies = refresh_batch::pipelined(&server, &records).await;
-        for ((id, kept), reply) in records.into_iter().zip(replies) {
+        let replies = refresh_batch::pipelined(&server, &batch).await;
+        for ((id, kept), reply) in batch.into_iter().zip(replies) {
             match reply {
                 Some(renewed) => settle(id, kept, sent, Ok(renewed)),
                 None => drop(tokio::spawn(refresh_alone(id, kept))),
             }
         }
-        records = rest;
     }
 }
 
