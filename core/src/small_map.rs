@@ -99,15 +99,20 @@ impl<K: Eq + Hash, V> SmallMap<K, V> {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         match self {
             SmallMap::Few(entries) => entries.len(),
             SmallMap::Many(map) => map.len(),
         }
     }
 
+    #[cfg(any(test, feature = "gcs"))]
     pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
+        match self {
+            SmallMap::Few(entries) => entries.is_empty(),
+            SmallMap::Many(map) => map.is_empty(),
+        }
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &V)> + '_ {

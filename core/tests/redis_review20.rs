@@ -19,15 +19,9 @@ const MS: fn(u64) -> Duration = Duration::from_millis;
 
 // ------------------------------------------------------------- raw scripts
 
-/// The scripts exactly as core/src/redis/scripts.rs assembles them since
-/// fe6c372: the prelude's first lines, the body's fast path, the rest of
-/// the prelude, the rules, the rest of the body.
+/// The scripts exactly as the library sends them.
 fn script(body: &str) -> ::redis::Script {
-    let prelude = include_str!("../src/redis/scripts/prelude.lua");
-    let rules = include_str!("../src/redis/scripts/rules.lua");
-    let (fast_path, rest) = body.split_once("-- [rules]\n").unwrap_or(("", body));
-    let (head, prelude) = prelude.split_once("-- [fast path]\n").unwrap();
-    ::redis::Script::new(&format!("{head}{fast_path}{prelude}{rules}{rest}"))
+    ::redis::Script::new(&lockyard::redis::script_source(body))
 }
 
 fn invoke<T: ::redis::FromRedisValue>(
@@ -88,7 +82,14 @@ fn lock_acquire(conn: &mut ::redis::Connection, name: &str, token: &str, ttl_ms:
 }
 
 fn refresh(conn: &mut ::redis::Connection, name: &str, token: &str, ttl_ms: u64) -> Vec<i64> {
-    invoke(conn, "refresh", name, 1, 0, &[token, &ttl_ms.to_string(), ""])
+    invoke(
+        conn,
+        "refresh",
+        name,
+        1,
+        0,
+        &[token, &ttl_ms.to_string(), ""],
+    )
 }
 
 fn release(conn: &mut ::redis::Connection, name: &str, token: &str) -> i64 {
@@ -123,12 +124,25 @@ fn the_fast_paths_compare_whole_tokens() {
     let server = RedisServer::start();
     let mut conn = server.raw().unwrap();
     let recorded = "tok en.*%d";
-    let wrong = ["tok", "en.*%d", "tok en.*%", "tok en.*%d ", ".*", "", "%d", "tok en.*%dx"];
+    let wrong = [
+        "tok",
+        "en.*%d",
+        "tok en.*%",
+        "tok en.*%d ",
+        ".*",
+        "",
+        "%d",
+        "tok en.*%dx",
+    ];
     for (i, other) in wrong.iter().enumerate() {
         let name = format!("tokens-{i}");
         assert_eq!(lock_acquire(&mut conn, &name, recorded, 5000)[0], 1);
         assert_eq!(key_type(&mut conn, &holders(&name)), "string");
-        assert_eq!(refresh(&mut conn, &name, other, 5000)[0], 0, "{other:?} refreshed");
+        assert_eq!(
+            refresh(&mut conn, &name, other, 5000)[0],
+            0,
+            "{other:?} refreshed"
+        );
         assert_eq!(release(&mut conn, &name, other), 0, "{other:?} released");
         assert_eq!(
             lock_acquire(&mut conn, &name, "rival", 5000)[0],
@@ -167,8 +181,16 @@ fn an_expired_short_form_still_present_is_lost() {
             .arg(60_000)
             .query(&mut conn)
             .unwrap();
-        assert_eq!(refresh(&mut conn, &name, "tok", 5000)[0], 0, "revived {past} ms late");
-        assert_eq!(release(&mut conn, &name, "tok"), 0, "released {past} ms late");
+        assert_eq!(
+            refresh(&mut conn, &name, "tok", 5000)[0],
+            0,
+            "revived {past} ms late"
+        );
+        assert_eq!(
+            release(&mut conn, &name, "tok"),
+            0,
+            "released {past} ms late"
+        );
         let taken = lock_acquire(&mut conn, &name, "next", 5000);
         assert_eq!(taken[0], 1);
         assert!(taken[1] > 42);
@@ -186,7 +208,10 @@ fn an_expired_short_form_still_present_is_lost() {
             revived += 1;
         }
     }
-    assert_eq!(revived, 0, "refreshes at or past the deadline revived the lease");
+    assert_eq!(
+        revived, 0,
+        "refreshes at or past the deadline revived the lease"
+    );
 }
 
 /// The fast acquire's fence only grows: past a fence counter ahead of the
@@ -212,11 +237,20 @@ fn fences_from_the_fast_path_only_grow() {
     let before = server_us(&mut conn);
     let third = acquire(&mut conn, "based", "c", 5000, (1, 1), base, "");
     assert_eq!(third[0], 1);
-    assert!(third[1] >= before + base as i64, "{} below the base", third[1]);
+    assert!(
+        third[1] >= before + base as i64,
+        "{} below the base",
+        third[1]
+    );
     assert_eq!(release(&mut conn, "based", "c"), 1);
     let fourth = lock_acquire(&mut conn, "based", "d", 5000);
     assert_eq!(fourth[0], 1);
-    assert!(fourth[1] > third[1], "the fence went back: {} after {}", fourth[1], third[1]);
+    assert!(
+        fourth[1] > third[1],
+        "the fence went back: {} after {}",
+        fourth[1],
+        third[1]
+    );
     // The fence counter outlives the grant by an hour.
     let pttl: i64 = ::redis::cmd("PTTL")
         .arg("lockyard:{based}:fence")
@@ -260,7 +294,10 @@ fn a_wait_group_from_the_short_form_fills_to_its_limit() {
     let mut conn = server.raw().unwrap();
     let first = acquire(&mut conn, "wg", "w0", 5000, (2, 3), 0, "");
     assert_eq!(first[0], 1);
-    let short: String = ::redis::cmd("GET").arg(holders("wg")).query(&mut conn).unwrap();
+    let short: String = ::redis::cmd("GET")
+        .arg(holders("wg"))
+        .query(&mut conn)
+        .unwrap();
     assert!(short.starts_with("2 3 "), "{short}");
     assert_eq!(acquire(&mut conn, "wg", "lock", 5000, (1, 1), 0, "")[0], -1);
     let mut last = first[1];
@@ -271,7 +308,10 @@ fn a_wait_group_from_the_short_form_fills_to_its_limit() {
         last = granted[1];
     }
     assert_eq!(acquire(&mut conn, "wg", "w3", 5000, (2, 3), 0, "")[0], 0);
-    let count: i64 = ::redis::cmd("ZCARD").arg(holders("wg")).query(&mut conn).unwrap();
+    let count: i64 = ::redis::cmd("ZCARD")
+        .arg(holders("wg"))
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(count, 3);
     let args = |t: &'static str| [t, "5000", ""];
     for t in ["w0", "w1", "w2"] {
@@ -296,23 +336,35 @@ fn one_group_object_keeps_twenty_slots_across_the_small_maps_threshold() {
         .ttl(MS(600))
         .build()
         .unwrap();
-    let tokens: Vec<String> = (0..20).map(|_| group.add(None, &|| false).unwrap()).collect();
-    let fences: Vec<u64> = tokens.iter().map(|t| group.fencing_token(t).unwrap()).collect();
+    let tokens: Vec<String> = (0..20)
+        .map(|_| group.add(None, &|| false).unwrap())
+        .collect();
+    let fences: Vec<u64> = tokens
+        .iter()
+        .map(|t| group.fencing_token(t).unwrap())
+        .collect();
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
     std::thread::sleep(MS(1500));
     assert_eq!(group.count().unwrap(), 20);
     assert!(group.add(Some(MS(100)), &|| false).is_err(), "a 21st slot");
-    let order = [10, 0, 19, 5, 11, 12, 13, 1, 2, 3, 18, 17, 4, 6, 7, 8, 9, 14, 15, 16];
+    let order = [
+        10, 0, 19, 5, 11, 12, 13, 1, 2, 3, 18, 17, 4, 6, 7, 8, 9, 14, 15, 16,
+    ];
     for (freed, &at) in order.iter().enumerate() {
         assert!(group.done(&tokens[at]).unwrap(), "slot {at} was not ours");
         assert!(!group.done(&tokens[at]).unwrap(), "slot {at} freed twice");
         for &kept in &order[freed + 1..] {
-            assert!(group.healthy(&tokens[kept]), "slot {kept} lost after {at} freed");
+            assert!(
+                group.healthy(&tokens[kept]),
+                "slot {kept} lost after {at} freed"
+            );
             assert_eq!(group.fencing_token(&tokens[kept]), Some(fences[kept]));
         }
         assert_eq!(group.count().unwrap(), 20 - freed as u32 - 1);
     }
-    let again: Vec<String> = (0..20).map(|_| group.add(None, &|| false).unwrap()).collect();
+    let again: Vec<String> = (0..20)
+        .map(|_| group.add(None, &|| false).unwrap())
+        .collect();
     std::thread::sleep(MS(1000));
     assert_eq!(group.count().unwrap(), 20);
     assert!(again.iter().all(|t| group.healthy(t)));
@@ -346,11 +398,15 @@ fn a_session_released_down_from_twelve_locks_keeps_the_rest() {
     for i in [6, 8, 10] {
         guards[i].as_ref().unwrap().check_health().unwrap();
         assert!(locks[i].owned().unwrap(), "s-{i} lost");
-        let rival = Lock::builder(server.url(), format!("s-{i}")).build().unwrap();
+        let rival = Lock::builder(server.url(), format!("s-{i}"))
+            .build()
+            .unwrap();
         assert!(rival.try_acquire().unwrap().is_none(), "s-{i}: two holders");
     }
     for i in [3, 0, 11, 7, 1, 2, 4, 5, 9] {
-        let rival = Lock::builder(server.url(), format!("s-{i}")).build().unwrap();
+        let rival = Lock::builder(server.url(), format!("s-{i}"))
+            .build()
+            .unwrap();
         assert!(rival.try_acquire().unwrap().is_some(), "s-{i} still held");
     }
 }
@@ -365,7 +421,9 @@ fn a_forked_child_leaves_a_groups_many_slots_to_its_parent() {
         .ttl(MS(2000))
         .build()
         .unwrap();
-    let slots: Vec<_> = (0..10).map(|_| group.acquire(Some(MS(2000))).unwrap()).collect();
+    let slots: Vec<_> = (0..10)
+        .map(|_| group.acquire(Some(MS(2000))).unwrap())
+        .collect();
     let tokens: Vec<String> = slots.iter().map(|s| s.token().to_owned()).collect();
     let fds = pipe();
     // SAFETY: the child drops what it inherited, answers and exits.
@@ -379,9 +437,17 @@ fn a_forked_child_leaves_a_groups_many_slots_to_its_parent() {
     }
     let answer = child_answer(pid, fds, Duration::from_secs(20));
     assert_eq!(answer.as_deref(), Some("left"));
-    assert_eq!(group.count().unwrap(), 10, "the child freed the parent's slots");
+    assert_eq!(
+        group.count().unwrap(),
+        10,
+        "the child freed the parent's slots"
+    );
     std::thread::sleep(MS(2500));
-    assert_eq!(group.count().unwrap(), 10, "the parent stopped refreshing them");
+    assert_eq!(
+        group.count().unwrap(),
+        10,
+        "the parent stopped refreshing them"
+    );
     for slot in &slots {
         slot.check_health().unwrap();
     }
@@ -405,17 +471,30 @@ fn thousands_of_locks_due_at_once_all_stay_held() {
                 .unwrap()
         })
         .collect();
-    let guards: Vec<_> = locks.iter().map(|l| l.acquire(Some(MS(5000))).unwrap()).collect();
+    let guards: Vec<_> = locks
+        .iter()
+        .map(|l| l.acquire(Some(MS(5000))).unwrap())
+        .collect();
     let fences: Vec<u64> = guards.iter().map(|g| g.fencing_token()).collect();
     std::thread::sleep(MS(4000));
     for (i, guard) in guards.iter().enumerate() {
-        guard.check_health().unwrap_or_else(|e| panic!("many-{i}: {e}"));
+        guard
+            .check_health()
+            .unwrap_or_else(|e| panic!("many-{i}: {e}"));
         assert_eq!(guard.fencing_token(), fences[i]);
     }
-    let held = server.keys().iter().filter(|k| k.ends_with(":holders")).count();
+    let held = server
+        .keys()
+        .iter()
+        .filter(|k| k.ends_with(":holders"))
+        .count();
     assert_eq!(held, 2500, "locks no longer held in Redis");
     drop(guards);
-    let held = server.keys().iter().filter(|k| k.ends_with(":holders")).count();
+    let held = server
+        .keys()
+        .iter()
+        .filter(|k| k.ends_with(":holders"))
+        .count();
     assert_eq!(held, 0);
 }
 
@@ -433,7 +512,10 @@ fn records_on_every_cluster_node_and_handed_over_grants_stay_held() {
                 .unwrap()
         })
         .collect();
-    let guards: Vec<_> = locks.iter().map(|l| l.acquire(Some(MS(5000))).unwrap()).collect();
+    let guards: Vec<_> = locks
+        .iter()
+        .map(|l| l.acquire(Some(MS(5000))).unwrap())
+        .collect();
     // Handed-over grants: waiters admitted by a release.
     let waiters: Vec<_> = (0..6)
         .map(|i| {
@@ -451,7 +533,10 @@ fn records_on_every_cluster_node_and_handed_over_grants_stay_held() {
                 .unwrap()
         })
         .collect();
-    let first_guards: Vec<_> = firsts.iter().map(|l| l.acquire(Some(MS(2000))).unwrap()).collect();
+    let first_guards: Vec<_> = firsts
+        .iter()
+        .map(|l| l.acquire(Some(MS(2000))).unwrap())
+        .collect();
     let handed = std::thread::scope(|scope| {
         let waiting: Vec<_> = waiters
             .iter()
@@ -467,7 +552,9 @@ fn records_on_every_cluster_node_and_handed_over_grants_stay_held() {
     assert_eq!(handed.len(), 6);
     std::thread::sleep(MS(2500));
     for (i, guard) in guards.iter().enumerate() {
-        guard.check_health().unwrap_or_else(|e| panic!("c-{i}: {e}"));
+        guard
+            .check_health()
+            .unwrap_or_else(|e| panic!("c-{i}: {e}"));
         assert!(locks[i].owned().unwrap(), "c-{i} no longer owned");
     }
 }
@@ -498,5 +585,8 @@ fn a_lock_retaken_while_its_refresh_is_in_flight_stays_held_alone() {
     std::thread::sleep(MS(1500));
     guard.check_health().unwrap();
     assert!(lock.owned().unwrap());
-    assert!(rival.try_acquire().unwrap().is_none(), "two holders at the end");
+    assert!(
+        rival.try_acquire().unwrap().is_none(),
+        "two holders at the end"
+    );
 }

@@ -16,15 +16,9 @@ use support::{eventually, RedisServer};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
-/// The scripts exactly as the library sends them (scripts.rs: the
-/// prelude, the body's fast path, the rules, the rest of the body).
+/// The scripts exactly as the library sends them.
 fn script(body: &str) -> ::redis::Script {
-    let (fast_path, rest) = body.split_once("-- [rules]\n").unwrap_or(("", body));
-    ::redis::Script::new(&format!(
-        "{}{fast_path}{}{rest}",
-        include_str!("../src/redis/scripts/prelude.lua"),
-        include_str!("../src/redis/scripts/rules.lua"),
-    ))
+    ::redis::Script::new(&lockyard::redis::script_source(body))
 }
 
 fn acquire_script() -> ::redis::Script {

@@ -33,6 +33,8 @@ pub use refresh_batch::refresh_exchanges;
 #[cfg(feature = "quorum")]
 pub(crate) use route::Route;
 pub(crate) use schedule::lock_for_fork as lock_schedule_for_fork;
+#[doc(hidden)]
+pub use scripts::source as script_source;
 #[cfg(feature = "quorum")]
 pub(crate) use server::{server, Server, COMMAND_TIMEOUT};
 pub use session::{Behavior, Session, SessionBuilder};

@@ -45,11 +45,12 @@ pub(crate) trait Refresh {
     fn refresher(&self) -> &str;
 }
 
+/// Refreshes grouped by node.
+pub(crate) type ByNode<R> = Vec<(Arc<Server>, Vec<R>)>;
+
 /// `refreshes` grouped by the node their route leads to now.
-pub(crate) fn by_node<R: Refresh>(
-    refreshes: impl IntoIterator<Item = R>,
-) -> Vec<(Arc<Server>, Vec<R>)> {
-    let mut nodes: Vec<(Arc<Server>, Vec<R>)> = Vec::new();
+pub(crate) fn by_node<R: Refresh>(refreshes: impl IntoIterator<Item = R>) -> ByNode<R> {
+    let mut nodes: ByNode<R> = Vec::new();
     for refresh in refreshes {
         let server = refresh.slots().route.server();
         match nodes

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::refresh_batch::{self, by_node, Refresh, MOST_IN_ONE};
+use super::refresh_batch::{self, by_node, ByNode, Refresh, MOST_IN_ONE};
 use super::server::Server;
 use super::slots::{Renewal, Slots, WAITER_LEASE};
 use crate::clock::Stamp;
@@ -158,7 +158,7 @@ impl Schedule {
     /// Takes out every record due by `now`: the handed-over grants, and
     /// the others already grouped by the node their route leads to now
     /// (so that ten thousand records due at once are moved only once).
-    fn take_due(&mut self, now: Instant) -> (Vec<Record>, Vec<(Arc<Server>, Vec<Record>)>) {
+    fn take_due(&mut self, now: Instant) -> (Vec<Record>, ByNode<Record>) {
         let Schedule { due, waiting, .. } = self;
         let taken = std::iter::from_fn(|| loop {
             let &(at, id) = due.first()?;
@@ -243,8 +243,11 @@ type Record = (u64, Kept);
 /// Refreshes `records` on `server` in pipelines, one after another; a
 /// refresh the pipeline did not settle goes alone along its route.
 async fn refresh_on(server: Arc<Server>, mut records: Vec<Record>) {
+    // Pipelines are cut from the tail, so that only each pipeline's own
+    // records move; reversed first, so that the earliest due (a refresh
+    // already late, say) still go first.
+    records.reverse();
     while !records.is_empty() {
-        // From the tail: only the pipeline's own records move.
         let batch = records.split_off(records.len().saturating_sub(MOST_IN_ONE));
         let sent = Stamp::now();
         let replies = refresh_batch::pipelined(&server, &batch).await;

@@ -18,11 +18,18 @@ const FAST_PATH_ENDS: &str = "-- [rules]\n";
 
 /// The script whose body is `body` (see the module's doc).
 pub(crate) fn assemble(body: &str) -> Script {
+    Script::new(&source(body))
+}
+
+/// The text of the script whose body is `body`, exactly as it is sent:
+/// for tests that run the scripts on their own.
+#[doc(hidden)]
+pub fn source(body: &str) -> String {
     let (fast_path, rest) = body.split_once(FAST_PATH_ENDS).unwrap_or(("", body));
     let (head, prelude) = PRELUDE
         .split_once(FAST_PATH_GOES)
         .expect("prelude.lua marks where a fast path goes");
-    Script::new(&format!("{head}{fast_path}{prelude}{RULES}{rest}"))
+    format!("{head}{fast_path}{prelude}{RULES}{rest}")
 }
 
 macro_rules! script {
