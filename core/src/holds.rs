@@ -276,13 +276,16 @@ impl<V: Held + Send + 'static> PerHolder<V> {
     }
 
     /// [`PerHolder::acquire`] for an async holder: `take` is awaited.
-    /// Dropped meanwhile, the holder may acquire again.
+    /// Dropped meanwhile, the holder may acquire again. `take` comes boxed:
+    /// a future taken by value is kept twice in the one awaiting it (as
+    /// the argument, and where it is awaited), which doubled what every
+    /// waiting task costs.
     #[cfg(any(feature = "redis", feature = "gcs", feature = "etcd"))]
     pub(crate) async fn acquire_async(
         &self,
         holder: u64,
         deadline: Deadline,
-        take: impl std::future::Future<Output = Result<Option<V>>>,
+        take: std::pin::Pin<Box<impl std::future::Future<Output = Result<Option<V>>>>>,
     ) -> Result<()> {
         let _acquiring = self.start_acquiring(holder)?;
         let hold = take

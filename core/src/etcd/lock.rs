@@ -377,7 +377,13 @@ impl Lock {
     async fn take_async(&self, holder: u64, deadline: Deadline) -> Result<()> {
         let deadline = deadline.check()?;
         let (key, value) = as_holder_number(holder, || self.place())?;
-        let taking = grant::take_async(self.queue.clone(), self.leases(), key, value, deadline);
+        let taking = Box::pin(grant::take_async(
+            self.queue.clone(),
+            self.leases(),
+            key,
+            value,
+            deadline,
+        ));
         self.holds.acquire_async(holder, deadline, taking).await
     }
 

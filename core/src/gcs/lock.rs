@@ -311,7 +311,7 @@ impl Lock {
 
     async fn take_async(&self, holder: u64, deadline: Deadline) -> Result<()> {
         let (key, identity) = as_holder_number(holder, || (self.key(), self.identity()));
-        let taking = self.engine.acquire_async(&identity, deadline);
+        let taking = Box::pin(self.engine.acquire_async(&identity, deadline));
         self.holds.acquire_async(key, deadline, taking).await?;
         self.engine.log(log::Level::Debug, || "Locked".into());
         Ok(())

@@ -467,12 +467,12 @@ impl RwLock {
         self.on_tokio()?;
         let identity = as_holder_number(holder, || holder_identity(&self.prefix));
         let quorum = self.quorum.clone();
-        let taking = async move {
+        let taking = Box::pin(async move {
             Ok(quorum
                 .acquire(mode, &identity, deadline)
                 .await?
                 .map(Arc::new))
-        };
+        });
         self.holds.acquire_async(holder, deadline, taking).await
     }
 

@@ -329,7 +329,7 @@ impl Lock {
     async fn take_async(&self, holder: u64, deadline: Deadline) -> Result<()> {
         let identity = as_holder_number(holder, || holder_identity(&self.prefix));
         let token = request_token(&identity);
-        let taking = self.semaphore.acquire_async(&token, &self.value, deadline);
+        let taking = Box::pin(self.semaphore.acquire_async(&token, &self.value, deadline));
         self.holds.acquire_async(holder, deadline, taking).await
     }
 
