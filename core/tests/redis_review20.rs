@@ -504,35 +504,21 @@ fn thousands_of_locks_due_at_once_all_stay_held() {
 #[test]
 fn records_on_every_cluster_node_and_handed_over_grants_stay_held() {
     let cluster = RedisCluster::start();
-    let locks: Vec<Lock> = (0..60)
-        .map(|i| {
-            Lock::builder(cluster.url(i % 3), format!("c-{i}"))
-                .ttl(MS(900))
-                .build()
-                .unwrap()
-        })
-        .collect();
+    // Lock `name` on node `i % 3`.
+    let lock_on = |i: usize, name: String| {
+        Lock::builder(cluster.url(i % 3), name)
+            .ttl(MS(900))
+            .build()
+            .unwrap()
+    };
+    let locks: Vec<Lock> = (0..60).map(|i| lock_on(i, format!("c-{i}"))).collect();
     let guards: Vec<_> = locks
         .iter()
         .map(|l| l.acquire(Some(MS(5000))).unwrap())
         .collect();
     // Handed-over grants: waiters admitted by a release.
-    let waiters: Vec<_> = (0..6)
-        .map(|i| {
-            Lock::builder(cluster.url(i % 3), format!("h-{i}"))
-                .ttl(MS(900))
-                .build()
-                .unwrap()
-        })
-        .collect();
-    let firsts: Vec<Lock> = (0..6)
-        .map(|i| {
-            Lock::builder(cluster.url(i % 3), format!("h-{i}"))
-                .ttl(MS(900))
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let waiters: Vec<_> = (0..6).map(|i| lock_on(i, format!("h-{i}"))).collect();
+    let firsts: Vec<Lock> = (0..6).map(|i| lock_on(i, format!("h-{i}"))).collect();
     let first_guards: Vec<_> = firsts
         .iter()
         .map(|l| l.acquire(Some(MS(2000))).unwrap())
