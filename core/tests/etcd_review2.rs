@@ -500,7 +500,7 @@ fn a_forked_child_leaves_its_parents_block_alone_and_can_adopt_its_slots() {
         );
         answer_parent(fds, &seen);
     }
-    let seen = child_answer(pid, fds, Duration::from_secs(15));
+    let seen = child_answer(pid, fds, Duration::from_secs(15)).expect("the child hung");
     assert_eq!(
         seen.trim(),
         "Ok(true) Ok(true) Ok(true) \"dropped\"",

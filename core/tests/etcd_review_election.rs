@@ -450,7 +450,7 @@ fn an_observer_carried_into_a_forked_child_sees_the_next_change() {
     }
     std::thread::sleep(Duration::from_millis(1000));
     assert!(e.resign().unwrap());
-    let seen = child_answer(pid, fds, Duration::from_secs(20));
+    let seen = child_answer(pid, fds, Duration::from_secs(20)).expect("the child hung");
     assert_eq!(
         seen.trim(),
         format!("{:?}", Ok::<_, String>(Some(ended(token)))),
@@ -486,7 +486,7 @@ fn a_forked_child_cannot_end_or_share_its_parents_term() {
         );
         answer_parent(fds, &seen);
     }
-    let seen = child_answer(pid, fds, Duration::from_secs(20));
+    let seen = child_answer(pid, fds, Duration::from_secs(20)).expect("the child hung");
     assert_eq!(seen.trim(), "false true true dropped", "child");
     // Past the session's ttl: the parent's keep-alive goes on.
     std::thread::sleep(Duration::from_secs(4));

@@ -13,17 +13,13 @@ use std::time::{Duration, Instant};
 
 use lockyard::redis::{Lock, Session, WaitGroup};
 use support::fork::{answer_parent, child_answer, pipe};
-use support::{DelayProxy, RedisCluster, RedisServer};
+use support::{raw_script, DelayProxy, RedisCluster, RedisServer};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
 // ------------------------------------------------------------- raw scripts
 
-/// The scripts exactly as the library sends them.
-fn script(body: &str) -> ::redis::Script {
-    ::redis::Script::new(&lockyard::redis::script_source(body))
-}
-
+/// `file`'s script on `name`, as the library sends it.
 fn invoke<T: ::redis::FromRedisValue>(
     conn: &mut ::redis::Connection,
     file: &str,
@@ -38,16 +34,14 @@ fn invoke<T: ::redis::FromRedisValue>(
         "release" => include_str!("../src/redis/scripts/release.lua"),
         _ => unreachable!(),
     };
-    let s = script(body);
-    let mut inv = s.prepare_invoke();
-    inv.key(format!("lockyard:{{{name}}}:"))
-        .key(format!("lockyard:{{{name}}}:holders"))
-        .arg(limit)
-        .arg(fence_base);
-    for a in args {
-        inv.arg(*a);
-    }
-    inv.invoke(conn).unwrap()
+    raw_script::invoke(
+        conn,
+        &raw_script::script(body),
+        name,
+        limit,
+        fence_base,
+        args,
+    )
 }
 
 /// acquire.lua, try once: {granted, fence, deadline, now}.

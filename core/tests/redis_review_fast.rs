@@ -12,14 +12,10 @@ use std::time::{Duration, Instant};
 
 use lockyard::redis::{self, Behavior, Lock, Session, WaitGroup};
 use lockyard::Error;
+use support::raw_script::{invoke, script};
 use support::{eventually, RedisServer};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-/// The scripts exactly as the library sends them.
-fn script(body: &str) -> ::redis::Script {
-    ::redis::Script::new(&lockyard::redis::script_source(body))
-}
 
 fn acquire_script() -> ::redis::Script {
     script(include_str!("../src/redis/scripts/acquire.lua"))
@@ -41,27 +37,6 @@ fn inspect_script() -> ::redis::Script {
     script(include_str!("../src/redis/scripts/inspect.lua"))
 }
 
-/// One invocation of `s` on `name` as the library sends it: the name's
-/// key prefix and holders key, the shared ARGV[1..2] (limit `limit`, fence
-/// base 0), then `args`.
-fn invoke<T: ::redis::FromRedisValue>(
-    conn: &mut ::redis::Connection,
-    s: &::redis::Script,
-    name: &str,
-    limit: u32,
-    args: &[&str],
-) -> T {
-    let mut inv = s.prepare_invoke();
-    inv.key(format!("lockyard:{{{name}}}:"))
-        .key(format!("lockyard:{{{name}}}:holders"))
-        .arg(limit)
-        .arg(0);
-    for a in args {
-        inv.arg(*a);
-    }
-    inv.invoke(conn).unwrap()
-}
-
 /// acquire.lua as a Lock (kind 1, limit 1) outside a session, queueing
 /// for `lease_ms` (0: try once). Returns {granted, fence, deadline, now}.
 fn raw_acquire(
@@ -76,6 +51,7 @@ fn raw_acquire(
         &acquire_script(),
         name,
         1,
+        0,
         &[
             token,
             &ttl_ms.to_string(),
@@ -94,12 +70,13 @@ fn raw_refresh(conn: &mut ::redis::Connection, name: &str, token: &str, ttl_ms: 
         &refresh_script(),
         name,
         1,
+        0,
         &[token, &ttl_ms.to_string(), ""],
     )
 }
 
 fn raw_release(conn: &mut ::redis::Connection, name: &str, token: &str) -> i64 {
-    invoke(conn, &release_script(), name, 1, &[token])
+    invoke(conn, &release_script(), name, 1, 0, &[token])
 }
 
 fn server_ms(conn: &mut ::redis::Connection) -> i64 {
@@ -344,6 +321,7 @@ fn wait_on_a_fast_slot_that_runs_out_returns() {
         &acquire_script(),
         "fx",
         2,
+        0,
         &["crashed", "400", "0", "2000", "", "2"],
     );
     assert_eq!(granted[0], 1);
@@ -532,7 +510,7 @@ fn a_retried_then_cancelled_fast_grant_is_one_grant_and_leaves_nothing() {
     assert_eq!(retried[0], 1);
     assert_eq!(retried[1], first[1], "same grant, same fence");
     assert_eq!(server.holders("fr").len(), 1);
-    let returned: i64 = invoke(&mut conn, &cancel_script(), "fr", 1, &["tok", "60000"]);
+    let returned: i64 = invoke(&mut conn, &cancel_script(), "fr", 1, 0, &["tok", "60000"]);
     assert_eq!(returned, 1);
     let late = raw_acquire(&mut conn, "fr", "tok", 5000, 2000);
     assert_eq!(late[0], 0, "a late acquire of a cancelled token is refused");
@@ -551,10 +529,10 @@ fn a_retried_then_cancelled_fast_grant_is_one_grant_and_leaves_nothing() {
 fn a_cancel_before_its_fast_acquire_leaves_the_name_free() {
     let server = RedisServer::start();
     let mut conn = server.raw().unwrap();
-    let _: i64 = invoke(&mut conn, &cancel_script(), "fc", 1, &["tok", "60000"]);
+    let _: i64 = invoke(&mut conn, &cancel_script(), "fc", 1, 0, &["tok", "60000"]);
     let late = raw_acquire(&mut conn, "fc", "tok", 5000, 0);
     assert_eq!(late[0], 0);
-    let count: Vec<i64> = invoke(&mut conn, &inspect_script(), "fc", 1, &[""]);
+    let count: Vec<i64> = invoke(&mut conn, &inspect_script(), "fc", 1, 0, &[""]);
     assert_eq!(count[0], 0);
     assert!(leftovers(&server, "fc").is_empty(), "{:?}", server.keys());
 }

@@ -4,9 +4,15 @@
 #![allow(dead_code)]
 
 mod elections;
+// The Redis tests' copy: a test that includes both supports loads it twice.
+#[allow(clippy::duplicate_mod)]
+#[path = "../support/fork.rs"]
+mod fork;
 mod proxy;
 #[allow(unused_imports)] // only the election tests use them
 pub use elections::{began, ended, session_at};
+#[allow(unused_imports)] // only the fork tests use them
+pub use fork::{answer_parent, child_answer, pipe};
 #[allow(unused_imports)] // only the review tests use them
 pub use proxy::{Act, LateMember, Proxy, RuleProxy};
 
@@ -399,49 +405,6 @@ pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     done()
-}
-
-/// A pipe for a child about to be forked to answer its parent through
-/// ([`answer_parent`], [`child_answer`]).
-pub fn pipe() -> [i32; 2] {
-    let mut fds = [0; 2];
-    // SAFETY: a plain system call on a buffer of two fds.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    fds
-}
-
-/// In a forked child: writes `answer` to the parent and exits at once,
-/// without unwinding into the test harness.
-pub fn answer_parent(fds: [i32; 2], answer: &str) -> ! {
-    // SAFETY: plain system calls on the pipe this process owns.
-    unsafe {
-        libc::write(fds[1], answer.as_ptr().cast(), answer.len());
-        libc::_exit(0)
-    }
-}
-
-/// In the parent: what the child `pid` answered through `fds`. The child
-/// is killed, and the test fails, if it has not ended within `limit`.
-pub fn child_answer(pid: i32, fds: [i32; 2], limit: Duration) -> String {
-    use std::io::Read;
-    use std::os::fd::{FromRawFd, OwnedFd};
-    // SAFETY: plain system calls on the pipe and the child this test made.
-    unsafe { libc::close(fds[1]) };
-    let started = Instant::now();
-    let mut status = 0;
-    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
-        if started.elapsed() > limit {
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            panic!("the child hung");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut seen = String::new();
-    std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) })
-        .read_to_string(&mut seen)
-        .unwrap();
-    seen
 }
 
 /// A lock of `ttl` seconds on `url`.
