@@ -279,12 +279,15 @@ async fn a_thousand_cancelled_acquires_leak_no_task_or_connection() {
         task.abort();
         let _ = task.await;
     }
-    eventually(MS(5000), "tasks back to the baseline", || {
+    // The waiters' shared listener lingers a second, then ends.
+    eventually_async(MS(5000), "tasks back to the baseline", || {
         metrics.num_alive_tasks() <= tasks
-    });
-    eventually(MS(5000), "connections back to the baseline", || {
+    })
+    .await;
+    eventually_async(MS(5000), "connections back to the baseline", || {
         server.clients() <= clients + 16
-    });
+    })
+    .await;
     assert_only_the_fence_is_left_but(&server, "leak", 1);
     held.release_async().await.unwrap();
     assert_only_the_fence_is_left(&server, "leak");
@@ -293,6 +296,16 @@ async fn a_thousand_cancelled_acquires_leak_no_task_or_connection() {
         "{} clients",
         server.clients()
     );
+}
+
+/// [`eventually`] for async tests: the runtime's other tasks run while
+/// it waits (on a current-thread runtime they could not otherwise).
+async fn eventually_async(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(started.elapsed() < limit, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Nothing queued, one holder: the holder's keys and the fence.

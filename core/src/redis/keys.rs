@@ -32,7 +32,8 @@ impl Keys {
         [self.prefix(), &self.holders]
     }
 
-    fn prefix(&self) -> &str {
+    /// The prefix every key of this lock begins with.
+    pub(crate) fn prefix(&self) -> &str {
         &self.holders[..self.holders.len() - HOLDERS.len()]
     }
 

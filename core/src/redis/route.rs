@@ -281,15 +281,50 @@ impl Route {
     }
 
     /// The async caller's counterpart of [`Route::run_for`]: runs `call`
-    /// on a connection of the calling task's runtime, like
-    /// [`Route::in_background`], within `limit` cut to the caller's
-    /// `give_up_at` (but never under [`LEAST_TIME`]). An answer still
-    /// missing at the caller's deadline is [`Error::Timeout`] (the request
-    /// may have taken effect). `resendable`: the call may be sent again
-    /// after a failure in mid-call (a release may not: its second answer
-    /// would misreport the first).
+    /// on the calling task's runtime, over the connection its concurrent
+    /// calls share, like [`Route::in_background`], within `limit` cut to
+    /// the caller's `give_up_at` (but never under [`LEAST_TIME`]). An
+    /// answer still missing at the caller's deadline is [`Error::Timeout`]
+    /// (the request may have taken effect). `resendable`: the call may be
+    /// sent again after a failure in mid-call (a release may not: its
+    /// second answer would misreport the first). For requests answered at
+    /// once; a blocking read goes by [`Route::blocking_for_task`].
     pub(crate) async fn for_task<T, F>(
         &self,
+        give_up_at: Option<Instant>,
+        operation: &str,
+        limit: Duration,
+        resendable: bool,
+        call: impl Fn(Link) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+    {
+        let channel = Channel::Caller;
+        self.in_task(channel, give_up_at, operation, limit, resendable, call)
+            .await
+    }
+
+    /// [`Route::for_task`] for a read that blocks on the server (BLPOP,
+    /// XREAD BLOCK), on a connection it uses alone meanwhile.
+    pub(crate) async fn blocking_for_task<T, F>(
+        &self,
+        give_up_at: Option<Instant>,
+        operation: &str,
+        limit: Duration,
+        call: impl Fn(Link) -> F,
+    ) -> Result<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+    {
+        let channel = Channel::CallerAlone;
+        self.in_task(channel, give_up_at, operation, limit, true, call)
+            .await
+    }
+
+    async fn in_task<T, F>(
+        &self,
+        channel: Channel,
         give_up_at: Option<Instant>,
         operation: &str,
         limit: Duration,
@@ -302,13 +337,10 @@ impl Route {
         runtime::check_on_tokio(operation, &self.server().name)?;
         let started = Instant::now();
         let read_timeout = Caller::new(give_up_at, &|| false).read_timeout(limit, LEAST_TIME);
-        let called = self.call(
-            Channel::Caller,
-            operation,
-            started + read_timeout,
-            resendable,
-            call,
-        );
+        // Boxed: a waiting task's future is as large as its largest await,
+        // and a thousand of them wait mostly elsewhere.
+        let deadline = started + read_timeout;
+        let called = Box::pin(self.call(channel, operation, deadline, resendable, call));
         match called.await {
             Err(e) if e.is_transient() && give_up_at.is_some_and(|at| Instant::now() >= at) => {
                 Err(late(&self.server(), operation, started))

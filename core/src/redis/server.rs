@@ -1,6 +1,6 @@
 //! Connections to one Redis server. Callers' requests run on the calling
 //! thread over pooled blocking connections (no thread hop on the hot path);
-//! async callers' requests run on their own runtime over pooled async
+//! async callers' requests run on their own runtime over async
 //! connections made on it (see [`Channel::Caller`]); background refreshes
 //! use one multiplexed async connection per server. All are per process: a
 //! forked child never writes to a socket it inherited from its parent. A
@@ -22,12 +22,17 @@ use crate::error::{Error, Result};
 mod peers;
 mod registry;
 mod round_trip;
+mod shared;
 mod target;
+mod wakes;
 
 pub(crate) use registry::server;
 use round_trip::RoundTrip;
+use shared::{Shared, SharedByRuntime};
 pub(crate) use target::NodeConnection;
 use target::Target;
+use wakes::Wakes;
+pub(crate) use wakes::{Ear, Heard};
 
 const MAX_IDLE: usize = 16;
 
@@ -37,9 +42,13 @@ pub(crate) enum Channel {
     /// The server's one multiplexed connection on lockyard's runtime:
     /// refreshes, renewals, give-ups left to the background.
     Background,
-    /// A connection of the calling task's own runtime, used by one call at
-    /// a time (a BLPOP on it blocks nobody else).
+    /// The calling task's runtime's one multiplexed connection, which its
+    /// concurrent calls share: for requests answered at once.
     Caller,
+    /// A connection of the calling task's runtime used by one call at a
+    /// time, so that a blocking read on it (BLPOP, XREAD BLOCK) blocks
+    /// nobody else.
+    CallerAlone,
 }
 
 /// An async caller's idle connection and the runtime that drives it.
@@ -63,14 +72,19 @@ pub(crate) struct Server {
     connect_timeout: Duration,
     idle: Mutex<(u32, Vec<NodeConnection>)>,
     background: Mutex<Option<(u32, Arc<Node>, MultiplexedConnection)>>,
-    /// Idle connections of async callers, each on the runtime it was made on.
+    /// Idle connections of async callers' blocking reads, each on the
+    /// runtime it was made on.
     async_idle: Mutex<(u32, Vec<AsyncIdle>)>,
+    /// Async callers' shared connections, one per runtime.
+    shared: SharedByRuntime,
     /// The other nodes of this server's Cluster (`host:port`), learned once
     /// while it answers, so that a route can still find its slot after this
     /// node itself failed over; empty when it is not in a Cluster.
     peers: OnceLock<Vec<String>>,
     /// How far a caller's deadline may cut this server's requests short.
     round_trip: RoundTrip,
+    /// Async waiters' shared BLPOPs.
+    wakes: Wakes,
 }
 
 impl Server {
@@ -107,8 +121,10 @@ impl Server {
             idle: Mutex::new((crate::pid::current(), Vec::new())),
             background: Mutex::new(None),
             async_idle: Mutex::new((crate::pid::current(), Vec::new())),
+            shared: SharedByRuntime::default(),
             peers: OnceLock::new(),
             round_trip: RoundTrip::default(),
+            wakes: Wakes::default(),
         }
     }
 
@@ -358,12 +374,20 @@ impl Server {
     where
         F: std::future::Future<Output = RedisResult<T>>,
     {
+        // The shared connection this call used, to forget if it failed.
+        let mut used: Option<Shared> = None;
         let outcome = tokio::time::timeout_at(deadline.into(), async {
             let mut stale_replaced = false;
             loop {
                 let (node, conn, pooled) = match channel {
                     Channel::Background => self.background_node().await.map(|(n, c)| (n, c, false)),
-                    Channel::Caller => self.caller_connection(!stale_replaced).await,
+                    Channel::Caller => self.shared_connection(stale_replaced).await.map(
+                        |(node, conn, shared, existed)| {
+                            used = Some(shared);
+                            (node, conn, existed)
+                        },
+                    ),
+                    Channel::CallerAlone => self.caller_connection(!stale_replaced).await,
                 }
                 .map_err(Failure::Unreachable)?;
                 match call(conn.clone(), node.fence_base).await {
@@ -392,7 +416,7 @@ impl Server {
         });
         match outcome {
             Ok((value, node, conn)) => {
-                if channel == Channel::Caller {
+                if channel == Channel::CallerAlone {
                     self.keep_caller_connection(node, conn);
                 }
                 Ok(value)
@@ -405,8 +429,14 @@ impl Server {
                         | Failure::ReadOnly(_)
                         | Failure::Fatal(_)
                 );
-                if dead && channel == Channel::Background {
-                    self.drop_background();
+                match channel {
+                    Channel::Background if dead => self.drop_background(),
+                    Channel::Caller if dead => {
+                        if let Some(shared) = &used {
+                            self.forget_shared(shared);
+                        }
+                    }
+                    _ => {}
                 }
                 Err(failure)
             }

@@ -99,11 +99,10 @@ impl Observer {
             let read = self
                 .semaphore
                 .route()
-                .for_task(
+                .blocking_for_task(
                     give_up_at,
                     "observe",
                     slice + COMMAND_TIMEOUT,
-                    true,
                     |mut link| {
                         let read = self.read_command(&last_id, slice);
                         async move { read.query_async(&mut link).await }

@@ -9,7 +9,7 @@ use super::super::caller::Caller;
 use super::super::scripts::{prepare, SCRIPTS};
 use super::super::server::COMMAND_TIMEOUT;
 use super::super::slots::WAITER_LEASE;
-use super::in_task::Leaving;
+use super::in_task::{Hearing, Leaving};
 use super::{Semaphore, RECHECK};
 use crate::error::{Error, Result};
 use crate::identity::random_hex;
@@ -74,6 +74,7 @@ impl Semaphore {
         watcher: &str,
     ) -> Result<bool> {
         let s = &self.slots;
+        let mut hearing = Hearing::NotYet;
         loop {
             let idle: i64 = s
                 .route
@@ -91,7 +92,7 @@ impl Semaphore {
             let recheck_at = Instant::now() + RECHECK;
             let listen_until = give_up_at.map_or(recheck_at, |at| recheck_at.min(at));
             if self
-                .listen_async(give_up_at, watcher, listen_until)
+                .listen_async(give_up_at, watcher, listen_until, &mut hearing)
                 .await?
                 .is_some()
             {

@@ -12,7 +12,7 @@ use crate::clock::Stamp;
 use crate::error::{Error, Result};
 use crate::identity::random_hex;
 use crate::redis::hold::{Hold, TAKER};
-use crate::redis::server::COMMAND_TIMEOUT;
+use crate::redis::server::{Ear, Heard, COMMAND_TIMEOUT};
 use crate::redis::slots::{HolderState, Slots, WAITER_LEASE};
 use crate::runtime;
 use crate::wait::Deadline;
@@ -51,6 +51,16 @@ impl Drop for Leaving<'_> {
                 .give_up_in_background(self.token.to_owned(), self.in_flight);
         }
     }
+}
+
+/// How one wait hears its wake-ups.
+pub(super) enum Hearing {
+    /// It has not listened yet.
+    NotYet,
+    /// On a listener shared with other waiters of its runtime.
+    Shared(Ear),
+    /// On a connection of its own.
+    Alone,
 }
 
 /// Finishes a release in the background when its future is dropped
@@ -186,6 +196,7 @@ impl Semaphore {
         meta: &str,
         leaving: &mut Leaving<'_>,
     ) -> Result<Option<Hold>> {
+        let mut hearing = Hearing::NotYet;
         loop {
             self.check_session()?;
             leaving.in_flight = true;
@@ -203,7 +214,10 @@ impl Semaphore {
                 } => (clock, earliest_expiry),
             };
             let until = listen_until(earliest_expiry, give_up_at);
-            if let Some(message) = self.listen_async(give_up_at, token, until).await? {
+            if let Some(message) = self
+                .listen_async(give_up_at, token, until, &mut hearing)
+                .await?
+            {
                 let (fence, valid_until) = self.handed_over(clock, &message)?;
                 return self.keep_async(token, fence, valid_until, true).await;
             }
@@ -232,16 +246,36 @@ impl Semaphore {
     }
 
     /// Waits on the wake-up list of `token` until a message arrives or
-    /// `until` passes. No thread waits: a BLPOP on a connection of the
-    /// caller's runtime does, in slices of [`RECHECK`] at most, between
+    /// `until` passes. No thread waits, and in most waits no connection
+    /// of its own either: a listener shared with the runtime's other
+    /// waiters does (see [`Ear`]), joined at the first listen of a wait
+    /// and left when the wait ends. Where it cannot share, or its
+    /// listener failed, a wait listens alone: a BLPOP on a connection of
+    /// the caller's runtime, in slices of [`RECHECK`] at most, between
     /// which a session lost meanwhile ends the wait.
     pub(super) async fn listen_async(
         &self,
         give_up_at: Option<Instant>,
         token: &str,
         until: Instant,
+        hearing: &mut Hearing,
     ) -> Result<Option<String>> {
         let wake_key = self.slots.keys.wake(token);
+        if let Hearing::NotYet = hearing {
+            let server = self.slots.route.server();
+            *hearing = match server.ear(&wake_key, self.slots.keys.prefix()) {
+                Some(ear) => Hearing::Shared(ear),
+                None => Hearing::Alone,
+            };
+        }
+        if let Hearing::Shared(ear) = hearing {
+            self.check_session()?;
+            match ear.hear(until).await {
+                Heard::Message(message) => return Ok(Some(message)),
+                Heard::Nothing => return Ok(None),
+                Heard::Deaf => *hearing = Hearing::Alone,
+            }
+        }
         loop {
             self.check_session()?;
             let left = until.saturating_duration_since(Instant::now());
@@ -254,7 +288,7 @@ impl Semaphore {
             // A wake-up lost with a dropped connection is still in the
             // grants hash, where the next attempt claims it.
             let message: Option<(String, String)> = route
-                .for_task(give_up_at, "wait", limit, true, |mut link| {
+                .blocking_for_task(give_up_at, "wait", limit, |mut link| {
                     let mut blpop = redis::cmd("BLPOP");
                     blpop.arg(&wake_key).arg(&slice);
                     async move { blpop.query_async(&mut link).await }

@@ -1,0 +1,375 @@
+//! Waiters that share their connections. A waiting task listens on its
+//! wake-up list; alone, that takes a connection blocked in BLPOP per
+//! waiter, and each connection's buffers cost more than the whole rest
+//! of a wait. Here one BLPOP waits on the lists of up to
+//! [`KEYS_PER_LISTENER`] waiters of one runtime, and passes each message
+//! popped to its waiter; a waiter joining a BLPOP already out has it
+//! unblocked (CLIENT UNBLOCK, as if it timed out) and sent again with
+//! its list.
+//!
+//! A message popped for a waiter gone meanwhile is dropped, as one lost
+//! with a connection is: the grant it announced is still in the grants
+//! hash, where the waiter's give-up returns it, or its next attempt claims
+//! it. A listener that fails for any reason leaves its waiters to listen
+//! alone for the rest of their wait, as they did before there were
+//! listeners: the shared path is never the only one.
+
+use std::collections::HashMap;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+use tokio::sync::{oneshot, Notify};
+
+use super::{Server, COMMAND_TIMEOUT};
+
+/// Wake-up lists one BLPOP waits on at most: every BLPOP sent names all
+/// of them again, so the server's work per handoff grows with it.
+const KEYS_PER_LISTENER: usize = 64;
+/// Longest wait of one BLPOP: how long a listener nobody uses any more
+/// lingers (the next waiter finds it ready), and, with
+/// [`COMMAND_TIMEOUT`], how soon a connection gone silent is noticed.
+const SLICE: Duration = Duration::from_secs(1);
+/// Pause before asking again to unblock a BLPOP that was still on its
+/// way to the server (CLIENT UNBLOCK found nothing to unblock).
+const UNBLOCK_AGAIN: Duration = Duration::from_millis(1);
+
+/// The listeners of one server in this process.
+#[derive(Default)]
+pub(crate) struct Wakes {
+    /// This process's id, and its listeners by runtime and group: a
+    /// forked child starts with none.
+    listeners: Mutex<(u32, ByGroup)>,
+    /// The server refused CLIENT ID or CLIENT UNBLOCK (an ACL, Redis
+    /// before 5): every waiter listens alone.
+    refused: AtomicBool,
+    /// A BLPOP on lists of different locks was refused (CROSSSLOT: a
+    /// Cluster this process took for a single server): only lists of
+    /// one lock share a BLPOP from now on.
+    by_lock: AtomicBool,
+}
+
+/// Which waiters may share a BLPOP: those of one runtime (its
+/// connections are driven there) and, in a Cluster, of one lock (one
+/// BLPOP reaches one slot).
+type Group = (tokio::runtime::Id, Option<Box<str>>);
+
+type ByGroup = HashMap<Group, Vec<Arc<Listener>>>;
+
+/// Identifies one waiter's place in a listener, so that a waiter leaving
+/// late never removes a newer waiter on the same list.
+static NEXT_PLACE: AtomicU64 = AtomicU64::new(0);
+
+struct Listener {
+    group: Group,
+    state: Mutex<State>,
+    /// A waiter joined while a BLPOP was out (see [`State::unblock`]).
+    joined: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    /// Each waiting list's waiter: its place and where its message goes.
+    waiting: HashMap<Box<str>, (u64, oneshot::Sender<String>)>,
+    /// A BLPOP is out, with the lists waiting when it was sent.
+    out: bool,
+    /// A list joined since that BLPOP was sent: it must be unblocked.
+    unblock: bool,
+    /// The listener ended or is ending: nobody joins it any more.
+    ended: bool,
+}
+
+/// A waiter's place in a listener; leaving it (drop) frees it.
+pub(crate) struct Ear {
+    listener: Arc<Listener>,
+    list: Box<str>,
+    place: u64,
+    heard: Option<oneshot::Receiver<String>>,
+}
+
+/// What a waiter heard while it listened.
+pub(crate) enum Heard {
+    Message(String),
+    /// Nothing before the time it gave.
+    Nothing,
+    /// The listener ended: the waiter must listen alone.
+    Deaf,
+}
+
+impl Ear {
+    /// The message on this waiter's list, or [`Heard::Nothing`] by
+    /// `until`. A message that came while the waiter was not listening
+    /// (between two attempts) waits for it here, as it would in its list.
+    pub(crate) async fn hear(&mut self, until: Instant) -> Heard {
+        let Some(heard) = self.heard.as_mut() else {
+            return Heard::Deaf;
+        };
+        match tokio::time::timeout_at(until.into(), heard).await {
+            Ok(Ok(message)) => {
+                self.heard = None;
+                Heard::Message(message)
+            }
+            Ok(Err(_)) => {
+                self.heard = None;
+                Heard::Deaf
+            }
+            Err(_) => Heard::Nothing,
+        }
+    }
+}
+
+impl Drop for Ear {
+    fn drop(&mut self) {
+        let mut state = self.listener.state();
+        if state
+            .waiting
+            .get(&self.list)
+            .is_some_and(|(place, _)| *place == self.place)
+        {
+            state.waiting.remove(&self.list);
+        }
+    }
+}
+
+impl Server {
+    /// A place for the waiter on wake-up list `list` of the lock whose
+    /// keys begin with `lock`, in a listener of the calling task's
+    /// runtime; None where waiters cannot share one (the caller then
+    /// listens alone): the server refused, or another waiter of this
+    /// process is on the same list.
+    pub(crate) fn ear(self: &Arc<Self>, list: &str, lock: &str) -> Option<Ear> {
+        let wakes = &self.wakes;
+        if wakes.refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?.id();
+        let by_lock = wakes.by_lock.load(Ordering::Relaxed) || !self.outside_cluster();
+        let group = (runtime, by_lock.then(|| lock.into()));
+        let mut listeners = wakes.listeners.lock().unwrap_or_else(|e| e.into_inner());
+        let pid = crate::pid::current();
+        if listeners.0 != pid {
+            // The parent's listeners run on its runtimes, which have no
+            // thread here: dropping them would wake nothing.
+            std::mem::forget(std::mem::replace(&mut *listeners, (pid, HashMap::new())));
+        }
+        let group_listeners = listeners.1.entry(group.clone()).or_default();
+        if group_listeners
+            .iter()
+            .any(|l| l.state().waiting.contains_key(list))
+        {
+            return None;
+        }
+        let place = NEXT_PLACE.fetch_add(1, Ordering::Relaxed);
+        let (tell, heard) = oneshot::channel();
+        let mut tell = Some(tell);
+        let mut joined = group_listeners
+            .iter()
+            .find(|listener| listener.join(list, place, &mut tell))
+            .cloned();
+        if joined.is_none() {
+            let listener = Arc::new(Listener {
+                group,
+                state: Mutex::default(),
+                joined: Notify::new(),
+            });
+            listener.join(list, place, &mut tell);
+            group_listeners.push(listener.clone());
+            tokio::spawn(listener.clone().run(self.clone()));
+            joined = Some(listener);
+        }
+        Some(Ear {
+            listener: joined.expect("joined or made"),
+            list: list.into(),
+            place,
+            heard: Some(heard),
+        })
+    }
+
+    /// Whether this server is known to be outside any Cluster, so that
+    /// the lists of all its locks may share a BLPOP.
+    fn outside_cluster(&self) -> bool {
+        self.follows_sentinels() || self.peers.get().is_some_and(Vec::is_empty)
+    }
+
+    fn forget_listener(&self, listener: &Arc<Listener>) {
+        let mut listeners = self
+            .wakes
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if listeners.0 != crate::pid::current() {
+            return;
+        }
+        if let Some(group) = listeners.1.get_mut(&listener.group) {
+            group.retain(|other| !Arc::ptr_eq(other, listener));
+            if group.is_empty() {
+                listeners.1.remove(&listener.group);
+            }
+        }
+    }
+}
+
+/// Ends a listener however its task ends (a failure, its runtime shutting
+/// down): its waiters are told (they listen alone), nobody joins it.
+struct Ending<'a> {
+    listener: &'a Arc<Listener>,
+    server: &'a Server,
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        let waiting = {
+            let mut state = self.listener.state();
+            state.ended = true;
+            std::mem::take(&mut state.waiting)
+        };
+        // Dropped outside the lock: each drop wakes a waiter.
+        drop(waiting);
+        self.server.forget_listener(self.listener);
+    }
+}
+
+impl Listener {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the waiter on `list` if there is room (`tell` is then taken).
+    fn join(&self, list: &str, place: u64, tell: &mut Option<oneshot::Sender<String>>) -> bool {
+        let mut state = self.state();
+        if state.ended || state.waiting.len() >= KEYS_PER_LISTENER {
+            return false;
+        }
+        let tell = tell.take().expect("one waiter joins once");
+        state.waiting.insert(list.into(), (place, tell));
+        if state.out && !state.unblock {
+            state.unblock = true;
+            self.joined.notify_one();
+        }
+        true
+    }
+
+    async fn run(self: Arc<Self>, server: Arc<Server>) {
+        let ending = Ending {
+            listener: &self,
+            server: &server,
+        };
+        if let Err(e) = self.serve(&server).await {
+            let code = e.code().unwrap_or_default();
+            if e.kind() == ErrorKind::Server(ServerErrorKind::CrossSlot) {
+                server.wakes.by_lock.store(true, Ordering::Relaxed);
+            } else if code == "NOPERM" || (code == "ERR" && e.to_string().contains("CLIENT")) {
+                server.wakes.refused.store(true, Ordering::Relaxed);
+            }
+            log::debug!("waiters on {} listen alone: {e}", server.name);
+        }
+        drop(ending);
+    }
+
+    /// Sends BLPOPs until nobody waits, then gives its connections back
+    /// to the pool.
+    async fn serve(&self, server: &Server) -> RedisResult<()> {
+        let connect = |e: crate::Error| RedisError::from((ErrorKind::Io, "connect", e.to_string()));
+        let (node, mut listening, _) = server.caller_connection(true).await.map_err(connect)?;
+        // CLIENT UNBLOCK goes over the runtime's shared connection, which
+        // must reach the same node: a client id means nothing elsewhere.
+        let (control_node, control, ..) = server.shared_connection(false).await.map_err(connect)?;
+        if !Arc::ptr_eq(&node, &control_node) {
+            // A failover between the two: the next waiters start anew.
+            return Err(RedisError::from((ErrorKind::Io, "the master changed")));
+        }
+        let id: i64 = within(
+            COMMAND_TIMEOUT,
+            redis::cmd("CLIENT").arg("ID").query_async(&mut listening),
+        )
+        .await?;
+        loop {
+            let lists: Vec<Box<str>> = {
+                let mut state = self.state();
+                if state.waiting.is_empty() {
+                    state.ended = true;
+                    break;
+                }
+                (state.out, state.unblock) = (true, false);
+                state.waiting.keys().cloned().collect()
+            };
+            let popped = self.listen(&listening, &control, id, &lists).await;
+            self.state().out = false;
+            if let Some((list, message)) = popped? {
+                let waiter = self.state().waiting.remove(list.as_str());
+                if let Some((_, tell)) = waiter {
+                    // A waiter gone meanwhile: see the module's comment.
+                    let _ = tell.send(message);
+                }
+            }
+        }
+        server.keep_caller_connection(node, listening);
+        Ok(())
+    }
+
+    /// One BLPOP on `lists`, unblocked over `control` when a waiter joins.
+    async fn listen(
+        &self,
+        listening: &MultiplexedConnection,
+        control: &MultiplexedConnection,
+        id: i64,
+        lists: &[Box<str>],
+    ) -> RedisResult<Option<(String, String)>> {
+        let mut blpop = redis::cmd("BLPOP");
+        for list in lists {
+            blpop.arg(&**list);
+        }
+        blpop.arg(SLICE.as_secs());
+        let mut listening = listening.clone();
+        let mut popped = pin!(within(
+            SLICE + COMMAND_TIMEOUT,
+            blpop.query_async(&mut listening)
+        ));
+        let mut unblocking = pin!(self.unblock_on_join(control.clone(), id));
+        poll_fn(|cx| {
+            if let Poll::Ready(popped) = popped.as_mut().poll(cx) {
+                return Poll::Ready(popped);
+            }
+            unblocking.as_mut().poll(cx).map(Err)
+        })
+        .await
+    }
+
+    /// Unblocks the BLPOP out whenever a waiter joins; ends only with the
+    /// control connection's failure.
+    async fn unblock_on_join(&self, mut control: MultiplexedConnection, id: i64) -> RedisError {
+        loop {
+            self.joined.notified().await;
+            // A wake-up meant for an earlier BLPOP: this one has the list.
+            if !self.state().unblock {
+                continue;
+            }
+            loop {
+                let mut unblock = redis::cmd("CLIENT");
+                unblock.arg("UNBLOCK").arg(id);
+                match within(COMMAND_TIMEOUT, unblock.query_async::<i64>(&mut control)).await {
+                    Ok(1) => break,
+                    // Not blocked yet, or answered already: the BLPOP's
+                    // own reply ends this wait then.
+                    Ok(_) => tokio::time::sleep(UNBLOCK_AGAIN).await,
+                    Err(e) => return e,
+                }
+            }
+        }
+    }
+}
+
+/// `request`'s answer, or a timeout error after `limit`.
+async fn within<T>(
+    limit: Duration,
+    request: impl Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    tokio::time::timeout(limit, request)
+        .await
+        .unwrap_or_else(|_| Err(RedisError::from((ErrorKind::Io, "no answer in time"))))
+}
