@@ -2,8 +2,7 @@
 //! waiters of a runtime, and their scripts go over one multiplexed
 //! connection. What this must never cost: a waiter that misses its
 //! handoff, two holders, a wait slower than alone, a key left behind. And
-//! where the server refuses the sharing (an ACL without CLIENT) or the
-//! shared listener dies, waiters listen alone as before.
+//! where the shared listener dies, waiters listen alone as before.
 
 mod support;
 
@@ -214,7 +213,7 @@ async fn waiters_whose_listener_is_killed_listen_alone_and_all_get_the_lock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_without_the_client_command_waits_alone_and_is_served_in_order() {
+async fn a_user_without_the_client_command_shares_too_and_is_served_in_order() {
     let server = RedisServer::start();
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")

@@ -287,8 +287,9 @@ impl Route {
     /// answer still missing at the caller's deadline is [`Error::Timeout`]
     /// (the request may have taken effect). `resendable`: the call may be
     /// sent again after a failure in mid-call (a release may not: its
-    /// second answer would misreport the first). For requests answered at
-    /// once; a blocking read goes by [`Route::blocking_for_task`].
+    /// second answer would misreport the first; it takes a connection of
+    /// its own). For requests answered at once; a blocking read goes by
+    /// [`Route::blocking_for_task`].
     pub(crate) async fn for_task<T, F>(
         &self,
         give_up_at: Option<Instant>,
@@ -300,7 +301,12 @@ impl Route {
     where
         F: std::future::Future<Output = RedisResult<T>>,
     {
-        let channel = Channel::Caller;
+        // A call that may not be sent twice goes alone: a shared connection
+        // that broke may have carried it, an idle pooled one cannot have.
+        let channel = match resendable {
+            true => Channel::Caller,
+            false => Channel::CallerAlone,
+        };
         self.in_task(channel, give_up_at, operation, limit, resendable, call)
             .await
     }

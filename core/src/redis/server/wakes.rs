@@ -3,9 +3,12 @@
 //! waiter, and each connection's buffers cost more than the whole rest
 //! of a wait. Here one BLPOP waits on the lists of up to
 //! [`KEYS_PER_LISTENER`] waiters of one runtime, and passes each message
-//! popped to its waiter; a waiter joining a BLPOP already out has it
-//! unblocked (CLIENT UNBLOCK, as if it timed out) and sent again with
-//! its list.
+//! popped to its waiter. A waiter joining a BLPOP already out wakes it
+//! with a marker pushed onto the listener's own list, which every BLPOP
+//! names last, and it is sent again with the new list. (Not CLIENT
+//! UNBLOCK: aimed at a BLPOP that a `CLIENT PAUSE … WRITE` holds back, as
+//! a failover does, it crashes redis-server 7.0; a push is a write like
+//! any other and waits out the pause.)
 //!
 //! A message popped for a waiter gone meanwhile is dropped, as one lost
 //! with a connection is: the grant it announced is still in the grants
@@ -27,6 +30,7 @@ use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 use tokio::sync::{oneshot, Notify};
 
 use super::{Server, COMMAND_TIMEOUT};
+use crate::identity::random_hex;
 
 /// Wake-up lists one BLPOP waits on at most: every BLPOP sent names all
 /// of them again, so the server's work per handoff grows with it.
@@ -35,9 +39,8 @@ const KEYS_PER_LISTENER: usize = 64;
 /// lingers (the next waiter finds it ready), and, with
 /// [`COMMAND_TIMEOUT`], how soon a connection gone silent is noticed.
 const SLICE: Duration = Duration::from_secs(1);
-/// Pause before asking again to unblock a BLPOP that was still on its
-/// way to the server (CLIENT UNBLOCK found nothing to unblock).
-const UNBLOCK_AGAIN: Duration = Duration::from_millis(1);
+/// How long a marker outlives a listener that ended before popping it.
+const MARKER_TTL: Duration = Duration::from_secs(2);
 
 /// The listeners of one server in this process.
 #[derive(Default)]
@@ -45,9 +48,6 @@ pub(crate) struct Wakes {
     /// This process's id, and its listeners by runtime and group: a
     /// forked child starts with none.
     listeners: Mutex<(u32, ByGroup)>,
-    /// The server refused CLIENT ID or CLIENT UNBLOCK (an ACL, Redis
-    /// before 5): every waiter listens alone.
-    refused: AtomicBool,
     /// A BLPOP on lists of different locks was refused (CROSSSLOT: a
     /// Cluster this process took for a single server): only lists of
     /// one lock share a BLPOP from now on.
@@ -67,6 +67,9 @@ static NEXT_PLACE: AtomicU64 = AtomicU64::new(0);
 
 struct Listener {
     group: Group,
+    /// The list a joining waiter's marker goes to: under the lock's hash
+    /// tag where the group is one lock's, so that one BLPOP names both.
+    marker: Box<str>,
     state: Mutex<State>,
     /// A waiter joined while a BLPOP was out (see [`State::unblock`]).
     joined: Notify,
@@ -78,7 +81,7 @@ struct State {
     waiting: HashMap<Box<str>, (u64, oneshot::Sender<String>)>,
     /// A BLPOP is out, with the lists waiting when it was sent.
     out: bool,
-    /// A list joined since that BLPOP was sent: it must be unblocked.
+    /// A list joined since that BLPOP was sent: it must be woken.
     unblock: bool,
     /// The listener ended or is ending: nobody joins it any more.
     ended: bool,
@@ -140,13 +143,9 @@ impl Server {
     /// A place for the waiter on wake-up list `list` of the lock whose
     /// keys begin with `lock`, in a listener of the calling task's
     /// runtime; None where waiters cannot share one (the caller then
-    /// listens alone): the server refused, or another waiter of this
-    /// process is on the same list.
+    /// listens alone): another waiter of this process is on the same list.
     pub(crate) fn ear(self: &Arc<Self>, list: &str, lock: &str) -> Option<Ear> {
         let wakes = &self.wakes;
-        if wakes.refused.load(Ordering::Relaxed) {
-            return None;
-        }
         let runtime = tokio::runtime::Handle::try_current().ok()?.id();
         let by_lock = wakes.by_lock.load(Ordering::Relaxed) || !self.outside_cluster();
         let group = (runtime, by_lock.then(|| lock.into()));
@@ -172,8 +171,13 @@ impl Server {
             .find(|listener| listener.join(list, place, &mut tell))
             .cloned();
         if joined.is_none() {
+            let marker = match &group.1 {
+                Some(lock) => format!("{lock}wake:listener-{}", random_hex(8)),
+                None => format!("lockyard:listener-{}", random_hex(8)),
+            };
             let listener = Arc::new(Listener {
                 group,
+                marker: marker.into(),
                 state: Mutex::default(),
                 joined: Notify::new(),
             });
@@ -260,11 +264,8 @@ impl Listener {
             server: &server,
         };
         if let Err(e) = self.serve(&server).await {
-            let code = e.code().unwrap_or_default();
             if e.kind() == ErrorKind::Server(ServerErrorKind::CrossSlot) {
                 server.wakes.by_lock.store(true, Ordering::Relaxed);
-            } else if code == "NOPERM" || (code == "ERR" && e.to_string().contains("CLIENT")) {
-                server.wakes.refused.store(true, Ordering::Relaxed);
             }
             log::debug!("waiters on {} listen alone: {e}", server.name);
         }
@@ -275,19 +276,15 @@ impl Listener {
     /// to the pool.
     async fn serve(&self, server: &Server) -> RedisResult<()> {
         let connect = |e: crate::Error| RedisError::from((ErrorKind::Io, "connect", e.to_string()));
-        let (node, mut listening, _) = server.caller_connection(true).await.map_err(connect)?;
-        // CLIENT UNBLOCK goes over the runtime's shared connection, which
-        // must reach the same node: a client id means nothing elsewhere.
+        let (node, listening, _) = server.caller_connection(true).await.map_err(connect)?;
+        // Markers go over the runtime's shared connection, which must
+        // reach the same node: behind Sentinel, a marker pushed on the new
+        // master would never wake a BLPOP on the old one.
         let (control_node, control, ..) = server.shared_connection(false).await.map_err(connect)?;
         if !Arc::ptr_eq(&node, &control_node) {
             // A failover between the two: the next waiters start anew.
             return Err(RedisError::from((ErrorKind::Io, "the master changed")));
         }
-        let id: i64 = within(
-            COMMAND_TIMEOUT,
-            redis::cmd("CLIENT").arg("ID").query_async(&mut listening),
-        )
-        .await?;
         loop {
             let lists: Vec<Box<str>> = {
                 let mut state = self.state();
@@ -298,9 +295,10 @@ impl Listener {
                 (state.out, state.unblock) = (true, false);
                 state.waiting.keys().cloned().collect()
             };
-            let popped = self.listen(&listening, &control, id, &lists).await;
+            let popped = self.listen(&listening, &control, &lists).await;
             self.state().out = false;
-            if let Some((list, message)) = popped? {
+            // The marker's wake-up: the next BLPOP names the new list.
+            if let Some((list, message)) = popped?.filter(|(list, _)| *list != *self.marker) {
                 let waiter = self.state().waiting.remove(list.as_str());
                 if let Some((_, tell)) = waiter {
                     // A waiter gone meanwhile: see the module's comment.
@@ -312,25 +310,25 @@ impl Listener {
         Ok(())
     }
 
-    /// One BLPOP on `lists`, unblocked over `control` when a waiter joins.
+    /// One BLPOP on `lists` and the marker (last: a waiter's message
+    /// goes first), woken over `control` when a waiter joins.
     async fn listen(
         &self,
         listening: &MultiplexedConnection,
         control: &MultiplexedConnection,
-        id: i64,
         lists: &[Box<str>],
     ) -> RedisResult<Option<(String, String)>> {
         let mut blpop = redis::cmd("BLPOP");
         for list in lists {
             blpop.arg(&**list);
         }
-        blpop.arg(SLICE.as_secs());
+        blpop.arg(&*self.marker).arg(SLICE.as_secs());
         let mut listening = listening.clone();
         let mut popped = pin!(within(
             SLICE + COMMAND_TIMEOUT,
             blpop.query_async(&mut listening)
         ));
-        let mut unblocking = pin!(self.unblock_on_join(control.clone(), id));
+        let mut unblocking = pin!(self.wake_on_join(control.clone()));
         poll_fn(|cx| {
             if let Poll::Ready(popped) = popped.as_mut().poll(cx) {
                 return Poll::Ready(popped);
@@ -340,25 +338,25 @@ impl Listener {
         .await
     }
 
-    /// Unblocks the BLPOP out whenever a waiter joins; ends only with the
-    /// control connection's failure.
-    async fn unblock_on_join(&self, mut control: MultiplexedConnection, id: i64) -> RedisError {
+    /// Wakes the BLPOP out whenever a waiter joins, with a marker on its
+    /// list; ends only with the control connection's failure. A marker
+    /// that comes after its BLPOP returned wakes the next one (which has
+    /// the list already) for nothing, once.
+    async fn wake_on_join(&self, mut control: MultiplexedConnection) -> RedisError {
         loop {
             self.joined.notified().await;
             // A wake-up meant for an earlier BLPOP: this one has the list.
             if !self.state().unblock {
                 continue;
             }
-            loop {
-                let mut unblock = redis::cmd("CLIENT");
-                unblock.arg("UNBLOCK").arg(id);
-                match within(COMMAND_TIMEOUT, unblock.query_async::<i64>(&mut control)).await {
-                    Ok(1) => break,
-                    // Not blocked yet, or answered already: the BLPOP's
-                    // own reply ends this wait then.
-                    Ok(_) => tokio::time::sleep(UNBLOCK_AGAIN).await,
-                    Err(e) => return e,
-                }
+            let mut mark = redis::pipe();
+            mark.atomic()
+                .rpush(&*self.marker, "joined")
+                .ignore()
+                .pexpire(&*self.marker, MARKER_TTL.as_millis() as i64)
+                .ignore();
+            if let Err(e) = within(COMMAND_TIMEOUT, mark.query_async::<()>(&mut control)).await {
+                return e;
             }
         }
     }
