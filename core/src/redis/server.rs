@@ -500,13 +500,17 @@ impl Server {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(response_timeout);
-        node.client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| {
-                self.forget(node);
-                self.error("connect", e)
-            })
+        // Boxed: connecting is rare, and its future (2 KB) would otherwise
+        // be part of every call's, a thousand of which may be in flight.
+        Box::pin(
+            node.client
+                .get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        .map_err(|e| {
+            self.forget(node);
+            self.error("connect", e)
+        })
     }
 
     /// Returns a caller's connection that answered to the idle pool. The
