@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
@@ -29,6 +29,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 use tokio::sync::{oneshot, Notify};
 
+use super::super::sentinel::Node;
 use super::{Server, COMMAND_TIMEOUT};
 use crate::identity::random_hex;
 
@@ -41,6 +42,9 @@ const KEYS_PER_LISTENER: usize = 64;
 const SLICE: Duration = Duration::from_secs(1);
 /// How long a marker outlives a listener that ended before popping it.
 const MARKER_TTL: Duration = Duration::from_secs(2);
+/// How long a marker may go unanswered before its connection counts as
+/// gone silent: meanwhile, waiters joining miss their handoffs.
+const MARKER_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The listeners of one server in this process.
 #[derive(Default)]
@@ -173,7 +177,9 @@ impl Server {
         if joined.is_none() {
             let marker = match &group.1 {
                 Some(lock) => format!("{lock}wake:listener-{}", random_hex(8)),
-                None => format!("lockyard:listener-{}", random_hex(8)),
+                // In a hash tag of its own, as a lock's keys are: an ACL
+                // for `lockyard:{*` allows it.
+                None => format!("lockyard:{{listener-{}}}", random_hex(8)),
             };
             let listener = Arc::new(Listener {
                 group,
@@ -219,13 +225,14 @@ impl Server {
 }
 
 /// Ends a listener however its task ends (a failure, its runtime shutting
-/// down): its waiters are told (they listen alone), nobody joins it.
-struct Ending<'a> {
-    listener: &'a Arc<Listener>,
-    server: &'a Server,
+/// down, even before it first ran): its waiters are told (they listen
+/// alone), nobody joins it.
+struct Ending {
+    listener: Arc<Listener>,
+    server: Arc<Server>,
 }
 
-impl Drop for Ending<'_> {
+impl Drop for Ending {
     fn drop(&mut self) {
         let waiting = {
             let mut state = self.listener.state();
@@ -234,9 +241,12 @@ impl Drop for Ending<'_> {
         };
         // Dropped outside the lock: each drop wakes a waiter.
         drop(waiting);
-        self.server.forget_listener(self.listener);
+        self.server.forget_listener(&self.listener);
     }
 }
+
+/// A marker on its way; it may outlive the BLPOP it was pushed for.
+type Push = Pin<Box<dyn Future<Output = RedisResult<()>> + Send>>;
 
 impl Listener {
     fn state(&self) -> MutexGuard<'_, State> {
@@ -258,33 +268,40 @@ impl Listener {
         true
     }
 
-    async fn run(self: Arc<Self>, server: Arc<Server>) {
+    /// The listener's task. The guard is made before the task first
+    /// runs: a task dropped unpolled (its runtime shutting down) drops it.
+    fn run(self: Arc<Self>, server: Arc<Server>) -> impl Future<Output = ()> + Send {
         let ending = Ending {
-            listener: &self,
-            server: &server,
+            listener: self,
+            server,
         };
-        if let Err(e) = self.serve(&server).await {
-            if e.kind() == ErrorKind::Server(ServerErrorKind::CrossSlot) {
-                server.wakes.by_lock.store(true, Ordering::Relaxed);
+        async move {
+            let (listener, server) = (&ending.listener, &ending.server);
+            if let Err(e) = listener.serve(server).await {
+                // Lists of different locks in one BLPOP: a Cluster. A
+                // marker outside every lock's keys: an ACL for lock keys
+                // only. Either way, listeners of one lock from now on.
+                let kind = e.kind();
+                let global = listener.group.1.is_none();
+                if kind == ErrorKind::Server(ServerErrorKind::CrossSlot)
+                    || (global && kind == ErrorKind::Server(ServerErrorKind::NoPerm))
+                {
+                    server.wakes.by_lock.store(true, Ordering::Relaxed);
+                }
+                log::debug!("waiters on {} listen alone: {e}", server.name);
             }
-            log::debug!("waiters on {} listen alone: {e}", server.name);
+            drop(ending);
         }
-        drop(ending);
     }
 
-    /// Sends BLPOPs until nobody waits, then gives its connections back
+    /// Sends BLPOPs until nobody waits, then gives its connection back
     /// to the pool.
-    async fn serve(&self, server: &Server) -> RedisResult<()> {
-        let connect = |e: crate::Error| RedisError::from((ErrorKind::Io, "connect", e.to_string()));
-        let (node, listening, _) = server.caller_connection(true).await.map_err(connect)?;
-        // Markers go over the runtime's shared connection, which must
-        // reach the same node: behind Sentinel, a marker pushed on the new
-        // master would never wake a BLPOP on the old one.
-        let (control_node, control, ..) = server.shared_connection(false).await.map_err(connect)?;
-        if !Arc::ptr_eq(&node, &control_node) {
-            // A failover between the two: the next waiters start anew.
-            return Err(RedisError::from((ErrorKind::Io, "the master changed")));
-        }
+    async fn serve(&self, server: &Arc<Server>) -> RedisResult<()> {
+        let (node, listening, _) = server
+            .caller_connection(true)
+            .await
+            .map_err(connect_error)?;
+        let mut pushing = None;
         loop {
             let lists: Vec<Box<str>> = {
                 let mut state = self.state();
@@ -295,7 +312,9 @@ impl Listener {
                 (state.out, state.unblock) = (true, false);
                 state.waiting.keys().cloned().collect()
             };
-            let popped = self.listen(&listening, &control, &lists).await;
+            let popped = self
+                .listen(server, &node, &listening, &lists, &mut pushing)
+                .await;
             self.state().out = false;
             // The marker's wake-up: the next BLPOP names the new list.
             if let Some((list, message)) = popped?.filter(|(list, _)| *list != *self.marker) {
@@ -310,13 +329,18 @@ impl Listener {
         Ok(())
     }
 
-    /// One BLPOP on `lists` and the marker (last: a waiter's message
-    /// goes first), woken over `control` when a waiter joins.
+    /// One BLPOP on `lists` and the marker (last: a waiter's message goes
+    /// first). Meanwhile a waiter joining has a marker pushed, and a push
+    /// still unanswered from an earlier BLPOP is waited for: one that
+    /// fails, or stays unanswered for [`MARKER_PATIENCE`], ends the
+    /// listener.
     async fn listen(
         &self,
+        server: &Arc<Server>,
+        node: &Arc<Node>,
         listening: &MultiplexedConnection,
-        control: &MultiplexedConnection,
         lists: &[Box<str>],
+        pushing: &mut Option<Push>,
     ) -> RedisResult<Option<(String, String)>> {
         let mut blpop = redis::cmd("BLPOP");
         for list in lists {
@@ -328,38 +352,65 @@ impl Listener {
             SLICE + COMMAND_TIMEOUT,
             blpop.query_async(&mut listening)
         ));
-        let mut unblocking = pin!(self.wake_on_join(control.clone()));
+        let mut joined = pin!(self.joined.notified());
         poll_fn(|cx| {
             if let Poll::Ready(popped) = popped.as_mut().poll(cx) {
                 return Poll::Ready(popped);
             }
-            unblocking.as_mut().poll(cx).map(Err)
+            loop {
+                if let Some(push) = pushing.as_mut() {
+                    match push.as_mut().poll(cx) {
+                        Poll::Ready(Ok(())) => *pushing = None,
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        // Joins meanwhile need no marker of their own:
+                        // this one wakes the BLPOP, and the next has them.
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                if joined.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                joined.set(self.joined.notified());
+                // A wake-up meant for an earlier BLPOP: this one has the list.
+                if self.state().unblock {
+                    *pushing = Some(self.push_marker(server, node));
+                }
+            }
         })
         .await
     }
 
-    /// Wakes the BLPOP out whenever a waiter joins, with a marker on its
-    /// list; ends only with the control connection's failure. A marker
-    /// that comes after its BLPOP returned wakes the next one (which has
-    /// the list already) for nothing, once.
-    async fn wake_on_join(&self, mut control: MultiplexedConnection) -> RedisError {
-        loop {
-            self.joined.notified().await;
-            // A wake-up meant for an earlier BLPOP: this one has the list.
-            if !self.state().unblock {
-                continue;
+    /// A marker pushed over the runtime's shared connection as it is now
+    /// (one the runtime gave up on is not used), if it reaches `node`:
+    /// behind Sentinel, a marker pushed on a new master would never wake
+    /// a BLPOP on the old one.
+    fn push_marker(&self, server: &Arc<Server>, node: &Arc<Node>) -> Push {
+        let (server, node) = (server.clone(), node.clone());
+        let mut mark = redis::pipe();
+        mark.atomic()
+            .rpush(&*self.marker, "joined")
+            .ignore()
+            .pexpire(&*self.marker, MARKER_TTL.as_millis() as i64)
+            .ignore();
+        Box::pin(async move {
+            let (reached, mut control, shared, _) = server
+                .shared_connection(false)
+                .await
+                .map_err(connect_error)?;
+            if !Arc::ptr_eq(&reached, &node) {
+                return Err(RedisError::from((ErrorKind::Io, "the master changed")));
             }
-            let mut mark = redis::pipe();
-            mark.atomic()
-                .rpush(&*self.marker, "joined")
-                .ignore()
-                .pexpire(&*self.marker, MARKER_TTL.as_millis() as i64)
-                .ignore();
-            if let Err(e) = within(COMMAND_TIMEOUT, mark.query_async::<()>(&mut control)).await {
-                return e;
+            let pushed = within(MARKER_PATIENCE, mark.query_async::<()>(&mut control)).await;
+            if pushed.is_err() {
+                server.forget_shared(&shared);
             }
-        }
+            pushed
+        })
     }
+}
+
+fn connect_error(e: crate::Error) -> RedisError {
+    RedisError::from((ErrorKind::Io, "connect", e.to_string()))
 }
 
 /// `request`'s answer, or a timeout error after `limit`.
