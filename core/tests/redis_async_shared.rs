@@ -5,37 +5,17 @@
 //! where the shared listener dies, waiters listen alone as before.
 
 mod support;
+#[path = "support/waiters.rs"]
+mod waiters;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockyard::redis::Lock;
 use support::{eventually, RedisServer};
+use waiters::{blocked_in_blpop, lock_at};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-fn lock_at(url: &str, name: &str) -> Arc<Lock> {
-    Arc::new(Lock::builder(url, name).build().unwrap())
-}
-
-/// Connections blocked in a BLPOP now, by `CLIENT LIST` (`cmd` is a
-/// client's last command, flag `b` says it is blocked in it).
-fn blocked_in_blpop(server: &RedisServer) -> usize {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query(&mut server.raw().unwrap())
-        .unwrap();
-    list.lines()
-        .filter(|line| line.contains("cmd=blpop"))
-        .filter(|line| {
-            let flags = line
-                .split(' ')
-                .find_map(|field| field.strip_prefix("flags="));
-            flags.is_some_and(|flags| flags.contains('b'))
-        })
-        .count()
-}
 
 /// Only the fence (and tombstones of dropped acquires) is left of `name`.
 fn assert_nothing_left(server: &RedisServer, name: &str) {

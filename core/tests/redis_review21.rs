@@ -3,20 +3,18 @@
 //! connection (server/shared.rs).
 
 mod support;
+#[path = "support/waiters.rs"]
+mod waiters;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockyard::redis::Lock;
 use support::RedisServer;
+use waiters::{lock_at, queue_up};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-fn lock_at(url: &str, name: &str) -> Arc<Lock> {
-    Arc::new(Lock::builder(url, name).build().unwrap())
-}
 
 /// Per lock: how many hold it now, and when it was last released.
 #[derive(Default)]
@@ -120,50 +118,6 @@ fn coverage_churn_on_a_current_thread_runtime() {
     assert!(worst < MS(250), "a handoff took {worst:?}: {gaps:?}");
 }
 
-/// The worst gap between a release and the next holder when `count`
-/// waiters queue for `name` on `url`, each holding a moment.
-async fn worst_handoff(url: &str, name: &str, count: usize) -> Duration {
-    let holder = lock_at(url, name);
-    let held = holder.acquire_async(None).await.unwrap();
-    let watch = Arc::new(Watch::default());
-    let mut tasks = Vec::new();
-    for _ in 0..count {
-        let (lock, watch) = (lock_at(url, name), watch.clone());
-        tasks.push(tokio::spawn(async move {
-            let guard = lock
-                .acquire_async(Some(Duration::from_secs(60)))
-                .await
-                .unwrap();
-            assert_eq!(
-                watch.inside.fetch_add(1, Ordering::SeqCst),
-                0,
-                "two holders"
-            );
-            let gap = watch.released.lock().unwrap().unwrap().elapsed();
-            {
-                let mut worst = watch.worst_gap.lock().unwrap();
-                *worst = (*worst).max(gap);
-            }
-            tokio::time::sleep(MS(2)).await;
-            watch.inside.fetch_sub(1, Ordering::SeqCst);
-            *watch.released.lock().unwrap() = Some(Instant::now());
-            guard.release_async().await.unwrap();
-        }));
-        tokio::time::sleep(MS(3)).await;
-    }
-    tokio::time::sleep(MS(200)).await;
-    *watch.released.lock().unwrap() = Some(Instant::now());
-    held.release_async().await.unwrap();
-    for task in tasks {
-        tokio::time::timeout(Duration::from_secs(60), task)
-            .await
-            .expect("every waiter gets the lock")
-            .unwrap();
-    }
-    let worst = *watch.worst_gap.lock().unwrap();
-    worst
-}
-
 /// `+@all -@dangerous`, a common hardening (the Redis docs' own example),
 /// denies CLIENT UNBLOCK (@admin @dangerous), which listeners once used to
 /// wake their BLPOP; their markers are plain list writes.
@@ -183,7 +137,9 @@ async fn coverage_a_hardened_acl_user_is_handed_the_lock_at_once() {
         .unwrap();
     let url = server.url().replace("redis://", "redis://hardened:secret@");
     for round in 0..3 {
-        let worst = worst_handoff(&url, &format!("hardened{round}"), 20).await;
+        let worst = queue_up(&server, &url, &format!("hardened{round}"), 20)
+            .await
+            .0;
         eprintln!("round {round}: worst handoff {worst:?}");
         assert!(worst < MS(250), "round {round}: a handoff took {worst:?}");
     }
@@ -397,7 +353,7 @@ async fn coverage_listeners_end_after_the_waits() {
     let baseline = tokio::runtime::Handle::current()
         .metrics()
         .num_alive_tasks();
-    let worst = worst_handoff(&url, "end", 70).await;
+    let worst = queue_up(&server, &url, "end", 70).await.0;
     assert!(worst < MS(250), "{worst:?}");
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let alive = tokio::runtime::Handle::current()
