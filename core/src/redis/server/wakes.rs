@@ -302,6 +302,9 @@ impl Listener {
             .await
             .map_err(connect_error)?;
         let mut pushing = None;
+        // Markers pushed and not popped yet (one may land after the BLPOP
+        // that would have popped it): deleted when the listener ends.
+        let mut unpopped = 0u32;
         loop {
             let lists: Vec<Box<str>> = {
                 let mut state = self.state();
@@ -313,11 +316,24 @@ impl Listener {
                 state.waiting.keys().cloned().collect()
             };
             let popped = self
-                .listen(server, &node, &listening, &lists, &mut pushing)
+                .listen(
+                    server,
+                    &node,
+                    &listening,
+                    &lists,
+                    (&mut pushing, &mut unpopped),
+                )
                 .await;
             self.state().out = false;
+            let popped = popped?;
             // The marker's wake-up: the next BLPOP names the new list.
-            if let Some((list, message)) = popped?.filter(|(list, _)| *list != *self.marker) {
+            if popped
+                .as_ref()
+                .is_some_and(|(list, _)| *list == *self.marker)
+            {
+                unpopped = unpopped.saturating_sub(1);
+            }
+            if let Some((list, message)) = popped.filter(|(list, _)| *list != *self.marker) {
                 let waiter = self.state().waiting.remove(list.as_str());
                 if let Some((_, tell)) = waiter {
                     // A waiter gone meanwhile: see the module's comment.
@@ -326,6 +342,18 @@ impl Listener {
             }
         }
         server.keep_caller_connection(node, listening);
+        // A push not sent yet never is; one sent is ahead of the DEL on
+        // the same connection (a push's failure ended the listener).
+        drop(pushing);
+        if unpopped > 0 {
+            let (_, mut control, ..) = server
+                .shared_connection(false)
+                .await
+                .map_err(connect_error)?;
+            let mut delete = redis::cmd("DEL");
+            delete.arg(&*self.marker);
+            within(MARKER_PATIENCE, delete.query_async::<()>(&mut control)).await?;
+        }
         Ok(())
     }
 
@@ -340,7 +368,7 @@ impl Listener {
         node: &Arc<Node>,
         listening: &MultiplexedConnection,
         lists: &[Box<str>],
-        pushing: &mut Option<Push>,
+        (pushing, pushed): (&mut Option<Push>, &mut u32),
     ) -> RedisResult<Option<(String, String)>> {
         let mut blpop = redis::cmd("BLPOP");
         for list in lists {
@@ -374,6 +402,7 @@ impl Listener {
                 // A wake-up meant for an earlier BLPOP: this one has the list.
                 if self.state().unblock {
                     *pushing = Some(self.push_marker(server, node));
+                    *pushed += 1;
                 }
             }
         })
