@@ -76,6 +76,15 @@ impl Server {
         Ok((node, conn, shared, existed))
     }
 
+    /// Whether `shared` is still the calling runtime's shared connection.
+    pub(super) fn is_shared(&self, shared: &Shared) -> bool {
+        let table = self.shared.0.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .1
+            .iter()
+            .any(|(_, current)| Arc::ptr_eq(current, shared))
+    }
+
     /// A shared connection failed: the next call makes another. Calls
     /// still on it finish there.
     pub(super) fn forget_shared(&self, shared: &Shared) {

@@ -42,8 +42,8 @@ const KEYS_PER_LISTENER: usize = 64;
 const SLICE: Duration = Duration::from_secs(1);
 /// How long a marker outlives a listener that ended before popping it.
 const MARKER_TTL: Duration = Duration::from_secs(2);
-/// How long a marker may go unanswered before its connection counts as
-/// gone silent: meanwhile, waiters joining miss their handoffs.
+/// How long a marker may go unanswered before the listener looks whether
+/// its runtime has given up on that connection (see `push_marker`).
 const MARKER_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The listeners of one server in this process.
@@ -174,6 +174,7 @@ impl Server {
             .iter()
             .find(|listener| listener.join(list, place, &mut tell))
             .cloned();
+        let mut made = None;
         if joined.is_none() {
             let marker = match &group.1 {
                 Some(lock) => format!("{lock}wake:listener-{}", random_hex(8)),
@@ -189,8 +190,14 @@ impl Server {
             });
             listener.join(list, place, &mut tell);
             group_listeners.push(listener.clone());
-            tokio::spawn(listener.clone().run(self.clone()));
+            made = Some(listener.clone());
             joined = Some(listener);
+        }
+        drop(listeners);
+        if let Some(listener) = made {
+            // Spawned outside the lock: a runtime shutting down drops the
+            // task at once, and its `Ending` takes the lock.
+            tokio::spawn(listener.run(self.clone()));
         }
         Some(Ear {
             listener: joined.expect("joined or made"),
@@ -409,10 +416,13 @@ impl Listener {
         .await
     }
 
-    /// A marker pushed over the runtime's shared connection as it is now
-    /// (one the runtime gave up on is not used), if it reaches `node`:
-    /// behind Sentinel, a marker pushed on a new master would never wake
-    /// a BLPOP on the old one.
+    /// A marker pushed over the runtime's shared connection as it is now,
+    /// if it reaches `node`: behind Sentinel, a marker pushed on a new
+    /// master would never wake a BLPOP on the old one. Unanswered for
+    /// [`MARKER_PATIENCE`], it is pushed again if the runtime has given up
+    /// on that connection meanwhile (another call timed out on it), and
+    /// waited for otherwise: a push fails only as any call does, at
+    /// [`COMMAND_TIMEOUT`], and then retires its connection.
     fn push_marker(&self, server: &Arc<Server>, node: &Arc<Node>) -> Push {
         let (server, node) = (server.clone(), node.clone());
         let mut mark = redis::pipe();
@@ -422,18 +432,34 @@ impl Listener {
             .pexpire(&*self.marker, MARKER_TTL.as_millis() as i64)
             .ignore();
         Box::pin(async move {
-            let (reached, mut control, shared, _) = server
-                .shared_connection(false)
-                .await
-                .map_err(connect_error)?;
-            if !Arc::ptr_eq(&reached, &node) {
-                return Err(RedisError::from((ErrorKind::Io, "the master changed")));
+            let give_up_at = Instant::now() + COMMAND_TIMEOUT;
+            'connection: loop {
+                let (reached, mut control, shared, _) = server
+                    .shared_connection(false)
+                    .await
+                    .map_err(connect_error)?;
+                if !Arc::ptr_eq(&reached, &node) {
+                    return Err(RedisError::from((ErrorKind::Io, "the master changed")));
+                }
+                let mut push = pin!(mark.query_async::<()>(&mut control));
+                loop {
+                    let waited = tokio::time::timeout(MARKER_PATIENCE, push.as_mut()).await;
+                    match waited {
+                        Ok(pushed) => {
+                            if pushed.is_err() {
+                                server.forget_shared(&shared);
+                            }
+                            return pushed;
+                        }
+                        Err(_) if Instant::now() >= give_up_at => {
+                            server.forget_shared(&shared);
+                            return Err(RedisError::from((ErrorKind::Io, "no answer in time")));
+                        }
+                        Err(_) if !server.is_shared(&shared) => continue 'connection,
+                        Err(_) => {}
+                    }
+                }
             }
-            let pushed = within(MARKER_PATIENCE, mark.query_async::<()>(&mut control)).await;
-            if pushed.is_err() {
-                server.forget_shared(&shared);
-            }
-            pushed
         })
     }
 }
