@@ -170,37 +170,38 @@ impl Server {
         let place = NEXT_PLACE.fetch_add(1, Ordering::Relaxed);
         let (tell, heard) = oneshot::channel();
         let mut tell = Some(tell);
-        let mut joined = group_listeners
+        let found = group_listeners
             .iter()
             .find(|listener| listener.join(list, place, &mut tell))
             .cloned();
-        let mut made = None;
-        if joined.is_none() {
-            let marker = match &group.1 {
-                Some(lock) => format!("{lock}wake:listener-{}", random_hex(8)),
-                // In a hash tag of its own, as a lock's keys are: an ACL
-                // for `lockyard:{*` allows it.
-                None => format!("lockyard:{{listener-{}}}", random_hex(8)),
-            };
-            let listener = Arc::new(Listener {
-                group,
-                marker: marker.into(),
-                state: Mutex::default(),
-                joined: Notify::new(),
-            });
-            listener.join(list, place, &mut tell);
-            group_listeners.push(listener.clone());
-            made = Some(listener.clone());
-            joined = Some(listener);
-        }
+        let (listener, made) = match found {
+            Some(listener) => (listener, false),
+            None => {
+                let marker = match &group.1 {
+                    Some(lock) => format!("{lock}wake:listener-{}", random_hex(8)),
+                    // In a hash tag of its own, as a lock's keys are: an ACL
+                    // for `lockyard:{*` allows it.
+                    None => format!("lockyard:{{listener-{}}}", random_hex(8)),
+                };
+                let listener = Arc::new(Listener {
+                    group,
+                    marker: marker.into(),
+                    state: Mutex::default(),
+                    joined: Notify::new(),
+                });
+                listener.join(list, place, &mut tell);
+                group_listeners.push(listener.clone());
+                (listener, true)
+            }
+        };
         drop(listeners);
-        if let Some(listener) = made {
+        if made {
             // Spawned outside the lock: a runtime shutting down drops the
             // task at once, and its `Ending` takes the lock.
-            tokio::spawn(listener.run(self.clone()));
+            tokio::spawn(listener.clone().run(self.clone()));
         }
         Some(Ear {
-            listener: joined.expect("joined or made"),
+            listener,
             list: list.into(),
             place,
             heard: Some(heard),
@@ -332,20 +333,19 @@ impl Listener {
                 )
                 .await;
             self.state().out = false;
-            let popped = popped?;
-            // The marker's wake-up: the next BLPOP names the new list.
-            if popped
-                .as_ref()
-                .is_some_and(|(list, _)| *list == *self.marker)
-            {
-                unpopped = unpopped.saturating_sub(1);
-            }
-            if let Some((list, message)) = popped.filter(|(list, _)| *list != *self.marker) {
-                let waiter = self.state().waiting.remove(list.as_str());
-                if let Some((_, tell)) = waiter {
-                    // A waiter gone meanwhile: see the module's comment.
-                    let _ = tell.send(message);
+            match popped? {
+                // The marker's wake-up: the next BLPOP names the new list.
+                Some((list, _)) if *list == *self.marker => {
+                    unpopped = unpopped.saturating_sub(1);
                 }
+                Some((list, message)) => {
+                    let waiter = self.state().waiting.remove(list.as_str());
+                    if let Some((_, tell)) = waiter {
+                        // A waiter gone meanwhile: see the module's comment.
+                        let _ = tell.send(message);
+                    }
+                }
+                None => {}
             }
         }
         server.keep_caller_connection(node, listening);
@@ -367,8 +367,7 @@ impl Listener {
     /// One BLPOP on `lists` and the marker (last: a waiter's message goes
     /// first). Meanwhile a waiter joining has a marker pushed, and a push
     /// still unanswered from an earlier BLPOP is waited for: one that
-    /// fails, or stays unanswered for [`MARKER_PATIENCE`], ends the
-    /// listener.
+    /// fails (see [`Listener::push_marker`]) ends the listener.
     async fn listen(
         &self,
         server: &Arc<Server>,
